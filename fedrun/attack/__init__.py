@@ -1,0 +1,1 @@
+"""Attack options: one module per ``conf/attack/<name>.yaml``."""

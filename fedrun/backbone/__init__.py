@@ -1,0 +1,1 @@
+"""Backbones: the scoring models. Each declares its public and private parameters."""

@@ -1,0 +1,104 @@
+"""Backbone interface: parameters split into private (per user) and public (shared), and
+functional scoring that works with shared or per-client (batched) network weights.
+
+Parameters are plain tensors, not ``nn.Module`` state, so the simulator can gather a
+client batch's slices (``[B, du]`` user rows, ``[B, L, di]`` item rows, ``[B, *shape]``
+network copies), train them as leaves and scatter the results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+
+from fedrun.errors import check, check_choice, check_positive
+
+LOSSES = ("bpr", "bce", "mse")
+
+
+@dataclass
+class PrivateParams:
+    """Parameters that never leave their client: one row per user."""
+
+    user: torch.Tensor  # [n_users, du]
+
+
+@dataclass
+class PublicParams:
+    """Parameters the server holds and shares: item rows and dense network weights."""
+
+    item: torch.Tensor  # [n_items, di]
+    net: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def clone(self) -> "PublicParams":
+        return PublicParams(self.item.clone(), {k: v.clone() for k, v in self.net.items()})
+
+
+@dataclass
+class BackboneConfig:
+    dim: int = 32  # embedding size
+    loss: str = "bpr"  # bpr | bce | mse (explicit ratings)
+    init_std: float = 0.1  # std of the normal initialisation of embeddings
+
+    def __post_init__(self) -> None:
+        check(self.dim >= 1, "dim", self.dim, "an integer >= 1")
+        check_choice("loss", self.loss, LOSSES)
+        check_positive("init_std", self.init_std)
+
+
+class Backbone:
+    """A scoring model. Subclasses set the widths, create ``net`` and implement ``score``."""
+
+    Config: ClassVar[type] = BackboneConfig
+    losses: ClassVar[tuple[str, ...]] = ("bpr", "bce")
+
+    def __init__(self, config: BackboneConfig):
+        self.config = config
+        check(config.loss in self.losses, "backbone.loss", config.loss,
+              f"one of {', '.join(self.losses)} for backbone {type(self).__name__}")
+
+    @property
+    def user_width(self) -> int:
+        return self.config.dim
+
+    @property
+    def item_width(self) -> int:
+        return self.config.dim
+
+    def init_net(self, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        return {}
+
+    def init_params(self, n_users: int, n_items: int, generator: torch.Generator) -> tuple[PrivateParams, PublicParams]:
+        std = self.config.init_std
+        user = torch.randn(n_users, self.user_width, generator=generator) * std
+        item = torch.randn(n_items, self.item_width, generator=generator) * std
+        return PrivateParams(user), PublicParams(item, self.init_net(generator))
+
+    def score(self, user: torch.Tensor, item: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor:
+        """user [B, du], item [B, L, di], net weights shared or with a leading [B] → scores [B, L]."""
+        raise NotImplementedError
+
+    def score_full(self, user: torch.Tensor, item: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor:
+        """user [U, du], the whole item table [I, di], shared net → scores [U, I]."""
+        return self.score(user, item.unsqueeze(0).expand(user.shape[0], -1, -1), net)
+
+    def full_score_bytes_per_pair(self) -> int:
+        """Peak bytes ``score_full`` needs per (user, item) pair (sets the evaluator's chunk size)."""
+        return 4
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x [B, L, in] (or [N, in]) times a shared [out, in] or per-client [B, out, in] weight."""
+    if weight.dim() == 3:
+        out = torch.bmm(x, weight.transpose(1, 2))  # [B, L, out]
+        return out if bias is None else out + bias.unsqueeze(1)
+    return torch.nn.functional.linear(x, weight, bias)
+
+
+def init_linear(n_out: int, n_in: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Glorot-uniform weight, zero bias."""
+    bound = (6.0 / (n_in + n_out)) ** 0.5
+    weight = (torch.rand(n_out, n_in, generator=generator) * 2 - 1) * bound
+    return weight, torch.zeros(n_out)

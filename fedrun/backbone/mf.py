@@ -1,0 +1,21 @@
+"""Matrix factorisation: score(u, i) = ⟨p_u, q_i⟩ (Koren et al. 2009; BPR: Rendle et al. 2009).
+
+Private: user factors p_u. Public: item factors q_i. Trained with BPR or BCE on sampled
+negatives (implicit feedback).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedrun.backbone.base import Backbone
+
+
+class MF(Backbone):
+    losses = ("bpr", "bce")
+
+    def score(self, user: torch.Tensor, item: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor:
+        return torch.einsum("bd,bld->bl", user, item)  # [B, L]
+
+    def score_full(self, user: torch.Tensor, item: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor:
+        return user @ item.T  # [U, I]

@@ -1,0 +1,108 @@
+"""Neural collaborative filtering (He et al., WWW 2017): GMF, MLP and NeuMF.
+
+GMF: ŷ = h_gᵀ (p_u ⊙ q_i) (Eq. 9). MLP: ŷ = h_mᵀ φ_L(...φ_1([p_u; q_i])) with ReLU
+(Eq. 10). NeuMF: ŷ = hᵀ [p^G_u ⊙ q^G_i ; φ_L(...)] with separate GMF and MLP embeddings
+(Eq. 11–12). Scores are logits (the sigmoid sits in the loss).
+
+Private: the user embedding row (GMF and MLP parts concatenated). Public: the item
+embedding row (same layout) and the tower + prediction weights. The first MLP layer is
+applied to the user and item halves separately (W₁[p; q] = W₁ᵘp + W₁ⁱq), which lets
+full ranking compute the user half once per user instead of once per pair.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from fedrun.backbone.base import Backbone, BackboneConfig, init_linear, linear
+from fedrun.errors import check, check_choice
+
+
+@dataclass
+class NCFConfig(BackboneConfig):
+    loss: str = "bce"
+    variant: str = "neumf"  # gmf | mlp | neumf
+    layers: list[int] = field(default_factory=lambda: [64, 32, 16])  # MLP tower; layers[0] = 2 × MLP embedding size
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("variant", self.variant, ("gmf", "mlp", "neumf"))
+        check(len(self.layers) >= 1 and all(n >= 1 for n in self.layers), "layers", self.layers,
+              "a non-empty list of positive layer sizes")
+        check(self.layers[0] % 2 == 0, "layers", self.layers, "layers[0] even (it is 2 × the MLP embedding size)")
+
+
+class NCF(Backbone):
+    Config = NCFConfig
+    losses = ("bce", "bpr")
+
+    def __init__(self, config: NCFConfig):
+        super().__init__(config)
+        self.gmf_dim = config.dim if config.variant in ("gmf", "neumf") else 0
+        self.mlp_dim = config.layers[0] // 2 if config.variant in ("mlp", "neumf") else 0
+
+    @property
+    def user_width(self) -> int:
+        return self.gmf_dim + self.mlp_dim
+
+    @property
+    def item_width(self) -> int:
+        return self.gmf_dim + self.mlp_dim
+
+    def init_net(self, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        net: dict[str, torch.Tensor] = {}
+        layers = self.config.layers
+        if self.mlp_dim:
+            for k, (n_in, n_out) in enumerate(zip(layers[:-1], layers[1:])):
+                net[f"mlp{k}.weight"], net[f"mlp{k}.bias"] = init_linear(n_out, n_in, generator)
+        head_in = self.gmf_dim + (layers[-1] if self.mlp_dim else 0)
+        net["head.weight"], net["head.bias"] = init_linear(1, head_in, generator)
+        return net
+
+    def _tower(self, hidden: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor:
+        """hidden = W₁ᵘp + W₁ⁱq + b₁ before ReLU → output of the last MLP layer."""
+        n_layers = len(self.config.layers) - 1
+        hidden = torch.relu(hidden)
+        for k in range(1, n_layers):
+            hidden = torch.relu(linear(hidden, net[f"mlp{k}.weight"], net[f"mlp{k}.bias"]))
+        return hidden
+
+    def _first_layer(self, net: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        weight = net["mlp0.weight"]  # [h, 2m] or [B, h, 2m]
+        return weight[..., : self.mlp_dim], weight[..., self.mlp_dim:], net["mlp0.bias"]
+
+    def score(self, user: torch.Tensor, item: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor:
+        g = self.gmf_dim
+        head_w, head_b = net["head.weight"], net["head.bias"]  # [1, g + h_L] or [B, 1, g + h_L]
+        parts = []
+        if g:
+            parts.append(user[:, None, :g] * item[..., :g])  # [B, L, g]
+        if self.mlp_dim:
+            if len(self.config.layers) == 1:
+                parts.append(torch.cat([user[:, None, g:].expand(-1, item.shape[1], -1), item[..., g:]], -1))
+            else:
+                w_user, w_item, bias = self._first_layer(net)
+                hidden = linear(user[:, None, g:], w_user, None) + linear(item[..., g:], w_item, bias)  # [B, L, h1]
+                parts.append(self._tower(hidden, net))
+        features = parts[0] if len(parts) == 1 else torch.cat(parts, -1)  # [B, L, g + h_L]
+        return linear(features, head_w, head_b).squeeze(-1)  # [B, L]
+
+    def score_full(self, user: torch.Tensor, item: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor:
+        g = self.gmf_dim
+        head_w, head_b = net["head.weight"][0], net["head.bias"]  # [g + h_L], [1]
+        scores = head_b.expand(user.shape[0], item.shape[0]).clone()  # [U, I]
+        if g:
+            scores += (user[:, :g] * head_w[:g]) @ item[:, :g].T  # the GMF head is linear in p ⊙ q
+        if self.mlp_dim:
+            if len(self.config.layers) == 1:
+                scores += user[:, g:] @ head_w[g:g + self.mlp_dim, None] + (item[:, g:] @ head_w[g + self.mlp_dim:]).T
+            else:
+                w_user, w_item, bias = self._first_layer(net)
+                hidden = (user[:, g:] @ w_user.T)[:, None, :] + (item[:, g:] @ w_item.T + bias)[None]  # [U, I, h1]
+                scores += self._tower(hidden, net) @ head_w[g:]
+        return scores
+
+    def full_score_bytes_per_pair(self) -> int:
+        return 4 * (2 * self.config.layers[0] + 1) if self.mlp_dim else 4

@@ -1,0 +1,52 @@
+"""``fedrun``: the Hydra app. Compose the config → validate and build → run → report.
+
+A user error (bad value, missing data file, ...) prints one paragraph and exits with
+status 2; in a multirun the failed job is recorded and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from fedrun.errors import FedrunError
+
+
+def config_dir() -> str:
+    """The ``conf/`` tree shipped next to the package (source checkout or editable install)."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "conf", here / "conf"):
+        if (candidate / "config.yaml").exists():
+            return str(candidate)
+    raise SystemExit(f"fedrun: cannot find the config tree 'conf/' next to {here}; reinstall with `make install`.")
+
+
+def _app(cfg: DictConfig) -> float | None:
+    from fedrun import experiment
+
+    hydra_cfg = HydraConfig.get()
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    sweep = hydra_cfg.sweep.dir if multirun else None
+    try:
+        result = experiment.run(cfg, sweep=sweep, job=hydra_cfg.job.num if multirun else None)
+    except FedrunError as err:
+        logging.getLogger("fedrun").error("%s", err)
+        print(f"\nfedrun: error: {err}", file=sys.stderr)
+        if multirun:
+            return None  # recorded as FAILED; the sweep continues with the next job
+        sys.exit(2)
+    return next(iter(result.test.values()), None)
+
+
+def main() -> None:
+    hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(_app)()
+
+
+if __name__ == "__main__":
+    main()

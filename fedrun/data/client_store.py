@@ -1,0 +1,71 @@
+"""ClientStore: every client's local data packed as CSR tensors, gathered into padded batches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedrun.data.interactions import Interactions
+from fedrun.types import ClientBatch
+
+
+@dataclass(frozen=True)
+class ClientStore:
+    """CSR over users: client ``u`` owns rows ``indptr[u]:indptr[u+1]`` of ``items`` (and ``ratings``).
+
+    Rows keep the data's time order within each client when it has one.
+    """
+
+    indptr: torch.Tensor  # [n_users + 1] int64
+    items: torch.Tensor  # [nnz] int64
+    ratings: torch.Tensor | None  # [nnz] float32
+    n_items: int
+
+    @classmethod
+    def from_interactions(cls, data: Interactions, device: torch.device | str = "cpu") -> "ClientStore":
+        key = data.order if data.order is not None else np.zeros(len(data), dtype=np.int64)
+        order = np.lexsort((np.arange(len(data)), key, data.user))
+        counts = np.bincount(data.user, minlength=data.n_users)
+        indptr = np.concatenate([[0], np.cumsum(counts)])
+        ratings = None if data.rating is None else torch.as_tensor(data.rating[order], dtype=torch.float32, device=device)
+        return cls(
+            torch.as_tensor(indptr, dtype=torch.int64, device=device),
+            torch.as_tensor(data.item[order], dtype=torch.int64, device=device),
+            ratings,
+            data.n_items,
+        )
+
+    @property
+    def n_users(self) -> int:
+        return int(self.indptr.numel() - 1)
+
+    def sizes(self, users: torch.Tensor | None = None) -> torch.Tensor:
+        sizes = self.indptr[1:] - self.indptr[:-1]
+        return sizes if users is None else sizes[users]
+
+    def gather(self, users: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Pad the clients' rows: items [B, P], mask [B, P], ratings [B, P] or None."""
+        start, size = self.indptr[users], self.sizes(users)  # [B], [B]
+        width = int(size.max()) if users.numel() else 0
+        offset = torch.arange(width, device=users.device)  # [P]
+        mask = offset[None, :] < size[:, None]  # [B, P]
+        index = torch.where(mask, start[:, None] + offset[None, :], torch.zeros_like(mask, dtype=torch.int64))
+        items = torch.where(mask, self.items[index], torch.zeros_like(index))
+        ratings = None if self.ratings is None else torch.where(mask, self.ratings[index], 0.0)
+        return items, mask, ratings
+
+    def client_batch(self, users: torch.Tensor) -> "ClientBatch":
+        items, mask, ratings = self.gather(users)
+        return ClientBatch(users, items, mask, ratings)
+
+    def sorted_keys(self) -> torch.Tensor:
+        """Sorted ``user * n_items + item`` keys, for membership tests (negative sampling, masking)."""
+        users = torch.repeat_interleave(torch.arange(self.n_users, device=self.items.device), self.sizes())
+        return torch.sort(users * self.n_items + self.items).values
+
+    def to_csr(self) -> torch.Tensor:
+        """A torch sparse CSR [n_users, n_items] of ones (duplicate rows summed)."""
+        values = torch.ones_like(self.items, dtype=torch.float32)
+        return torch.sparse_csr_tensor(self.indptr, self.items, values, (self.n_users, self.n_items))

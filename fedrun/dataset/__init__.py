@@ -1,0 +1,1 @@
+"""Dataset options: one module per ``conf/dataset/<name>.yaml``."""

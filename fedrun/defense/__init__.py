@@ -1,0 +1,1 @@
+"""Defense options: one module per ``conf/defense/<name>.yaml``."""

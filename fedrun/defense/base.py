@@ -1,0 +1,50 @@
+"""Server-side aggregation rules, applied per item row over the clients that uploaded it.
+
+A rule receives :class:`Uploads` only (the privacy boundary) and returns an
+:class:`Aggregate`. Linear rules (weighted mean, sum) also expose their client weights,
+which lets the FedSGD fast path aggregate through one backward pass.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+
+from fedrun.types import Aggregate, Uploads
+
+
+class Defense:
+    Config: ClassVar[type]
+
+    def __init__(self, config):
+        self.config = config
+
+    def aggregate(self, uploads: Uploads) -> Aggregate:
+        raise NotImplementedError
+
+    def linear_weights(self, data_size: torch.Tensor) -> torch.Tensor | None:
+        """Per-client weights [B] if the rule is Σ_c w_c Δ_c / (Σ_c w_c or 1), else None."""
+        return None
+
+    normalized: ClassVar[bool] = True  # linear rules: divide by the uploaders' total weight
+
+
+class LinearDefense(Defense):
+    """Per item i: Σ_{c ∋ i} w_c Δ_ci / Σ_{c ∋ i} w_c (normalized) or Σ_{c ∋ i} w_c Δ_ci."""
+
+    def aggregate(self, uploads: Uploads) -> Aggregate:
+        data_size = uploads.weight if uploads.weight is not None else torch.ones(uploads.n_clients)
+        weight = self.linear_weights(data_size.to(uploads.row_delta))  # [B]
+        items, inverse = torch.unique(uploads.row_item, return_inverse=True)  # [G], [R]
+        row_weight = weight[uploads.row_client]  # [R]
+        total = torch.zeros(items.numel(), uploads.row_delta.shape[1], dtype=uploads.row_delta.dtype,
+                            device=uploads.row_delta.device)
+        total.index_add_(0, inverse, uploads.row_delta * row_weight.unsqueeze(1))  # [G, di]
+        dense = {k: torch.tensordot(weight, v, dims=1) for k, v in uploads.dense.items()}
+        if self.normalized:
+            item_weight = torch.zeros(items.numel(), dtype=weight.dtype, device=weight.device)
+            item_weight.index_add_(0, inverse, row_weight)
+            total = total / item_weight.unsqueeze(1)
+            dense = {k: v / weight.sum() for k, v in dense.items()}
+        return Aggregate(items, total, dense)

@@ -1,0 +1,48 @@
+"""Errors a user can fix. The CLI prints their message (no traceback) and exits with 2."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+
+class FedrunError(Exception):
+    """Base class: an error caused by the user's input, with a message that says how to fix it."""
+
+
+class ConfigError(FedrunError):
+    """A config field holds a value that is not allowed."""
+
+    def __init__(self, field: str, value: Any, allowed: str):
+        self.field, self.value, self.allowed = field, value, allowed
+        super().__init__(f"{field}={value!r} is not allowed: expected {allowed}.")
+
+    def prefixed(self, group: str) -> "ConfigError":
+        field = self.field if self.field.startswith(group + ".") else f"{group}.{self.field}"
+        return ConfigError(field, self.value, self.allowed)
+
+
+class DataError(FedrunError):
+    """A data file is missing, corrupt or malformed, or the data left after filtering is unusable."""
+
+
+def check(ok: bool, field: str, value: Any, allowed: str) -> None:
+    """Raise ConfigError(field, value, allowed) unless ok."""
+    if not ok:
+        raise ConfigError(field, value, allowed)
+
+
+def check_choice(field: str, value: Any, choices: Iterable[Any]) -> None:
+    choices = list(choices)
+    check(value in choices, field, value, "one of " + ", ".join(map(str, choices)))
+
+
+def check_positive(field: str, value: float, *, allow_zero: bool = False) -> None:
+    ok = value >= 0 if allow_zero else value > 0
+    check(ok, field, value, "a number >= 0" if allow_zero else "a number > 0")
+
+
+def check_fraction(field: str, value: float, *, closed_low: bool = True, closed_high: bool = False) -> None:
+    lo_ok = value >= 0 if closed_low else value > 0
+    hi_ok = value <= 1 if closed_high else value < 1
+    lo, hi = ("[" if closed_low else "("), ("]" if closed_high else ")")
+    check(lo_ok and hi_ok, field, value, f"a number in {lo}0, 1{hi}")

@@ -1,0 +1,1 @@
+"""Eval options: one module per ``conf/eval/<name>.yaml``."""

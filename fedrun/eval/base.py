@@ -1,0 +1,67 @@
+"""Evaluation protocols. Evaluation runs "on the clients": each user scores the catalogue with
+its private parameters and the public model; the simulator only averages the metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+
+from fedrun.data.client_store import ClientStore
+from fedrun.data.splits import Split
+from fedrun.errors import check
+from fedrun.eval.metrics import RANKING_METRICS, rating_errors
+from fedrun.method.base import Method
+
+
+@dataclass
+class EvalConfig:
+    ks: list[int] = field(default_factory=lambda: [5, 10, 20])  # cut-offs K
+    metrics: list[str] = field(default_factory=lambda: ["hr", "recall", "ndcg", "mrr"])  # ranking metrics
+    mask_history: bool = True  # remove the user's training (and, at test, validation) items from the ranking
+    kind: str = "auto"  # auto (rating metrics for mse backbones) | ranking | rating
+    monitor: str = "ndcg_at_10"  # validation metric shown in the progress bar
+
+    def __post_init__(self) -> None:
+        check(len(self.ks) >= 1 and all(k >= 1 for k in self.ks), "ks", self.ks, "a non-empty list of integers >= 1")
+        bad = [m for m in self.metrics if m not in RANKING_METRICS]
+        check(not bad and len(self.metrics) >= 1, "metrics", self.metrics,
+              "a non-empty list drawn from " + ", ".join(RANKING_METRICS))
+        check(self.kind in ("auto", "ranking", "rating"), "kind", self.kind, "one of auto, ranking, rating")
+
+
+class Evaluator:
+    Config: ClassVar[type] = EvalConfig
+
+    def __init__(self, config: EvalConfig, split: Split, device: torch.device, rating: bool,
+                 bytes_per_pair: int = 4):
+        self.config, self.split, self.device = config, split, device
+        self.rating = rating if config.kind == "auto" else config.kind == "rating"
+        self.bytes_per_pair = bytes_per_pair
+        self.stores = {name: ClientStore.from_interactions(part, device)
+                       for name, part in (("train", split.train), ("valid", split.valid), ("test", split.test))
+                       if part is not None}
+
+    def masks(self, part: str) -> list[ClientStore]:
+        if not self.config.mask_history:
+            return []
+        return [self.stores["train"]] + ([self.stores["valid"]] if part == "test" and "valid" in self.stores else [])
+
+    @torch.no_grad()
+    def evaluate(self, method: Method, part: str) -> dict[str, float]:
+        """Metrics of ``method`` on ``part`` (valid | test), prefixed by nothing."""
+        if self.rating:
+            data = getattr(self.split, part)
+            users = torch.as_tensor(data.user, device=self.device)
+            items = torch.as_tensor(data.item, device=self.device)
+            predicted = torch.cat([method.score_pairs(u, i) for u, i in
+                                   zip(torch.split(users, 1 << 16), torch.split(items, 1 << 16))])
+            return rating_errors(predicted, torch.as_tensor(data.rating, device=self.device))
+        return self.evaluate_ranking(method, part)
+
+    def evaluate_ranking(self, method: Method, part: str) -> dict[str, float]:
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, object]:
+        return {"protocol": type(self).__name__, "mask_history": self.config.mask_history}

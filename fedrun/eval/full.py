@@ -1,0 +1,53 @@
+"""Full ranking over the whole catalogue (the default protocol; Krichene & Rendle 2020).
+
+Users are scored in chunks sized so a chunk's ``[U, n_items]`` scores (and the backbone's
+intermediate tensors) stay within ``memory_mb``; the user's training items (and validation
+items at test time) are masked to −inf; ties are broken pessimistically (exact, see
+``metrics.pessimistic_ranks``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+
+from fedrun.errors import check
+from fedrun.eval.base import EvalConfig, Evaluator
+from fedrun.eval.metrics import from_ranks, pessimistic_ranks
+from fedrun.method.base import Method
+
+
+@dataclass
+class FullConfig(EvalConfig):
+    memory_mb: int = 256  # budget for one chunk of scores and intermediates
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.memory_mb >= 1, "memory_mb", self.memory_mb, "an integer >= 1")
+
+
+class Full(Evaluator):
+    Config = FullConfig
+
+    def chunk_users(self, n_items: int) -> int:
+        return max(1, (self.config.memory_mb << 20) // (n_items * self.bytes_per_pair))
+
+    @torch.no_grad()
+    def evaluate_ranking(self, method: Method, part: str) -> dict[str, float]:
+        targets = self.stores[part]
+        users = torch.nonzero(targets.sizes() > 0).squeeze(1)
+        n_items = self.split.n_items
+        sums: dict[str, float] = defaultdict(float)
+        for chunk in torch.split(users, self.chunk_users(n_items)):
+            scores = method.score_users(chunk)  # [U, I]
+            for store in self.masks(part):
+                items, mask, _ = store.gather(chunk)
+                rows = torch.arange(chunk.numel(), device=chunk.device).unsqueeze(1).expand_as(items)
+                scores[rows[mask], items[mask]] = float("-inf")
+            target_items, target_mask, _ = targets.gather(chunk)  # [U, T]
+            ranks = pessimistic_ranks(scores, target_items, target_mask, max(self.config.ks))
+            for name, values in from_ranks(ranks, target_mask, self.config.ks, self.config.metrics).items():
+                sums[name] += float(values.sum())
+        return {name: total / max(users.numel(), 1) for name, total in sums.items()}

@@ -1,0 +1,83 @@
+"""Sampled ranking: each target is ranked against N negatives drawn once per user from the
+items the user never interacted with (train, validation or test), fixed by ``seed``.
+
+Only for comparing with papers that used it (LightFR: 49 negatives; NCF: 99). Ties are
+broken pessimistically (the target ranks after every tied negative) or uniformly at
+random — never in the target's favour. Metrics are averaged over (user, target) rows.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedrun.data.client_store import ClientStore
+from fedrun.data.interactions import Interactions
+from fedrun.data.negatives import sample_negatives
+from fedrun.errors import check, check_choice
+from fedrun.eval.base import EvalConfig, Evaluator
+from fedrun.eval.metrics import from_ranks
+from fedrun.method.base import Method
+from fedrun.sim.seeding import generator
+
+
+@dataclass
+class SampledConfig(EvalConfig):
+    num_negatives: int = 99  # negatives per user
+    ties: str = "pessimistic"  # pessimistic | random
+    seed: int = 0  # fixes the negatives and the random tie-breaks
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.num_negatives >= 1, "num_negatives", self.num_negatives, "an integer >= 1")
+        check_choice("ties", self.ties, ("pessimistic", "random"))
+
+
+class Sampled(Evaluator):
+    Config = SampledConfig
+
+    def __init__(self, config: SampledConfig, split, device, rating, bytes_per_pair=4):
+        super().__init__(config, split, device, rating, bytes_per_pair)
+        check(config.num_negatives < split.n_items, "eval.num_negatives", config.num_negatives,
+              f"fewer than the catalogue's {split.n_items} items")
+        parts = [p for p in (split.train, split.valid, split.test) if p is not None]
+        every = Interactions(np.concatenate([p.user for p in parts]), np.concatenate([p.item for p in parts]),
+                             split.n_users, split.n_items)
+        self._all_keys = ClientStore.from_interactions(every, device).sorted_keys()
+        self._negatives: dict[str, torch.Tensor] = {}
+
+    def negatives(self, part: str, users: torch.Tensor) -> torch.Tensor:
+        if part not in self._negatives:
+            gen = generator(self.config.seed, f"sampled-eval-{part}", 0, self.device)
+            self._negatives[part] = sample_negatives(users, (self.config.num_negatives,), self.split.n_items,
+                                                     self._all_keys, gen)
+        return self._negatives[part]  # [U, N]
+
+    @torch.no_grad()
+    def evaluate_ranking(self, method: Method, part: str) -> dict[str, float]:
+        targets = self.stores[part]
+        users = torch.nonzero(targets.sizes() > 0).squeeze(1)
+        negatives = self.negatives(part, users)
+        target_items, target_mask, _ = targets.gather(users)  # [U, T]
+        n_users, n_neg = negatives.shape
+        neg_scores = method.score_pairs(users.repeat_interleave(n_neg), negatives.reshape(-1)).view(n_users, n_neg)
+        t = target_items.shape[1]
+        pos_scores = method.score_pairs(users.repeat_interleave(t), target_items.reshape(-1)).view(n_users, t)
+        greater = (neg_scores.unsqueeze(1) > pos_scores.unsqueeze(2)).sum(2)  # [U, T]
+        equal = (neg_scores.unsqueeze(1) == pos_scores.unsqueeze(2)).sum(2)
+        if self.config.ties == "pessimistic":
+            ranks = greater + equal
+        else:
+            gen = generator(self.config.seed, f"sampled-ties-{part}", 0, self.device)
+            ranks = greater + (torch.rand(equal.shape, generator=gen, device=self.device) * (equal + 1)).long()
+        sums: dict[str, float] = defaultdict(float)
+        rows = target_mask.reshape(-1)
+        flat = from_ranks(ranks.reshape(-1, 1)[rows], torch.ones(int(rows.sum()), 1, dtype=torch.bool,
+                                                                  device=self.device), self.config.ks,
+                          self.config.metrics)
+        for name, values in flat.items():
+            sums[name] = float(values.mean())
+        return dict(sums)

@@ -1,0 +1,138 @@
+"""Compose → validate → build → run one experiment from a resolved Hydra config."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from fedrun.attack.base import Attack
+from fedrun.backbone.base import Backbone
+from fedrun.build import build, parse_config, resolve_target
+from fedrun.dataset.base import Dataset
+from fedrun.defense.base import Defense
+from fedrun.errors import ConfigError
+from fedrun.eval.base import Evaluator
+from fedrun.method.base import Method
+from fedrun.privacy.base import Privacy
+from fedrun.report.table import metrics_table
+from fedrun.sim.config import SimConfig
+from fedrun.sim.env import RunEnv
+from fedrun.sim.runner import RunResult, run_loop
+from fedrun.track.base import Tracker
+
+log = logging.getLogger("fedrun")
+GROUPS = ("dataset", "backbone", "method", "privacy", "attack", "defense", "eval", "track")
+
+
+@dataclass
+class Plan:
+    """Every option built and validated; nothing read or trained yet."""
+
+    dataset: Dataset
+    backbone: Backbone
+    sim: SimConfig
+    privacy: Privacy
+    attack: Attack
+    defense: Defense
+    tracker: Tracker
+    cfg: DictConfig
+
+    @property
+    def choices(self) -> dict[str, str]:
+        return {g: str(OmegaConf.select(self.cfg, f"choices.{g}", default="")) for g in GROUPS}
+
+
+def plan(cfg: DictConfig) -> Plan:
+    """Validate every group against its Config before any work starts."""
+    sim = parse_config(SimConfig, cfg.sim, "sim")
+    sim.torch_device()  # a requested but absent device fails here
+    method_target = cfg.method.get("_target_")
+    eval_target = cfg.eval.get("_target_")
+    for group, target in (("method", method_target), ("eval", eval_target)):
+        if not target:
+            raise ConfigError(f"{group}._target_", target, "the class implementing this option")
+        parse_config(resolve_target(target, group).Config, cfg[group], group)
+    return Plan(
+        dataset=build(cfg.dataset, "dataset", Dataset),
+        backbone=build(cfg.backbone, "backbone", Backbone),
+        sim=sim,
+        privacy=build(cfg.privacy, "privacy", Privacy),
+        attack=build(cfg.attack, "attack", Attack),
+        defense=build(cfg.defense, "defense", Defense),
+        tracker=build(cfg.track, "track", Tracker),
+        cfg=cfg,
+    )
+
+
+def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) -> RunResult:
+    p = plan(cfg)
+    label = " ".join(f"{g}={p.choices[g]}" for g in ("method", "backbone", "dataset") if p.choices[g])
+    torch.manual_seed(p.sim.seed)  # only as a guard: every draw below uses its own seeded generator
+    started = time.perf_counter()
+    split = p.dataset.load()
+    log.info("%s: %d users, %d items, train/valid/test = %d/%s/%d (%s split, %.1fs)", p.dataset.name,
+             split.n_users, split.n_items, len(split.train), len(split.valid) if split.valid else "-",
+             len(split.test), split.protocol, time.perf_counter() - started)
+    env = RunEnv.create(split, p.sim, p.backbone)
+    method = build(cfg.method, "method", Method, env=env, privacy=p.privacy, attack=p.attack, defense=p.defense)
+    evaluator = build(cfg.eval, "eval", Evaluator, split=split, device=env.device,
+                      rating=p.backbone.config.loss == "mse", bytes_per_pair=p.backbone.full_score_bytes_per_pair())
+    experiment = cfg.track.get("experiment") or cfg.get("experiment_name") or p.dataset.name
+    params = {**flatten(OmegaConf.to_container(cfg, resolve=True)), **{f"run.{k}": v for k, v in method.describe().items()},
+              **{f"eval.{k}": v for k, v in evaluator.describe().items()}, "device": str(env.device)}
+    tags = {"fedrun.dataset_digest": p.dataset.digest(), "fedrun.git_commit": git_commit(),
+            "fedrun.seed": str(p.sim.seed), "fedrun.split_seed": str(p.dataset.config.split.seed),
+            **{f"fedrun.{g}": p.choices[g] for g in GROUPS if p.choices[g]}}
+    if sweep:
+        tags.update({"fedrun.sweep": sweep, "fedrun.job": str(job)})
+    p.tracker.start(experiment, label.replace(" ", " · "), params, tags)
+    try:
+        result = run_loop(method, evaluator, p.tracker, p.sim, label)
+        table = metrics_table({"test": result.test, **({"valid": result.valid} if result.valid else {})})
+        out = Path("outputs") / "results"
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "last_run.md").write_text(f"# {label}\n\n{table}\n")
+        p.tracker.log_artifact(out / "last_run.md")
+        resolved = out / "config.yaml"
+        resolved.write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        p.tracker.log_artifact(resolved)
+        p.tracker.finish("FINISHED")
+    except KeyboardInterrupt:
+        p.tracker.finish("KILLED", "interrupted by the user (SIGINT)")
+        raise
+    except BaseException as err:
+        p.tracker.finish("FAILED", f"{type(err).__name__}: {err}")
+        raise
+    print(f"\n{label}  ({result.rounds} rounds, train {result.train_seconds:.1f}s, eval {result.eval_seconds:.1f}s)")
+    print(table)
+    if p.tracker.link():
+        print(p.tracker.link())
+    return result
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(tree, dict):
+        out: dict[str, Any] = {}
+        for key, value in tree.items():
+            out.update(flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: tree}
+
+
+def git_commit() -> str:
+    root = Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                                timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (commit or "unknown") + ("-dirty" if dirty else "")

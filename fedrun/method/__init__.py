@@ -1,0 +1,1 @@
+"""Method options: one module per ``conf/method/<name>.yaml``."""

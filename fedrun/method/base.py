@@ -1,0 +1,52 @@
+"""Method interface. A method trains in rounds and scores items for evaluation.
+
+Federated methods subclass :class:`fedrun.method.federated.FederatedMethod` and fill its
+hooks; the round loop itself exists once, there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from fedrun.sim.env import RunEnv
+
+
+@dataclass
+class RoundStats:
+    loss: float  # mean training loss of the round's clients (or batches)
+    n_clients: int = 0
+    bytes_up: float = 0.0  # mean bytes uploaded per participating client
+    bytes_down: float = 0.0  # mean bytes downloaded per participating client
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class Method:
+    Config: ClassVar[type]
+    federated: ClassVar[bool] = False
+
+    def __init__(self, config: Any, env: RunEnv, **components: Any):
+        self.config = config
+        self.env = env
+
+    def rounds_per_epoch(self) -> int:
+        raise NotImplementedError
+
+    def train_round(self, round_index: int) -> RoundStats:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def score_users(self, users: torch.Tensor) -> torch.Tensor:
+        """users [U] → scores over the whole catalogue [U, n_items] (on each client's device)."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def score_pairs(self, users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+        """users [N], items [N] → predicted scores / ratings [N]."""
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        """Choices made at run time that belong in the run's params (e.g. which path is used)."""
+        return {}

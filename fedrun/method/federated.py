@@ -1,0 +1,115 @@
+"""The federated round, written once. Methods fill ``client_step`` and ``server_step``.
+
+Round t (DESIGN.md, "Data flow of one run"):
+  1. sample clients (seeded per epoch) and bucket them by data size;
+  2. per bucket, the vectorized client step → Uploads (+ the clients' new private rows,
+     written back on the client side);
+  3. privacy.apply → attack.inject → defense.aggregate (per item row);
+  4. method.server_step(Aggregate) — the server sees uploads only.
+When exact, steps 2–3 collapse into the FedSGD fast path (one backward, no copies).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fedrun.attack.base import Attack
+from fedrun.backbone.base import PrivateParams, PublicParams
+from fedrun.data.negatives import sample_negatives
+from fedrun.defense.base import Defense
+from fedrun.method.base import Method, RoundStats
+from fedrun.privacy.base import Privacy
+from fedrun.sim.batching import LocalProblem, bucketize, local_problem
+from fedrun.sim.env import RunEnv
+from fedrun.sim.sampling import ClientSampler
+from fedrun.sim.seeding import generator
+from fedrun.types import Aggregate, RoundContext, Uploads
+
+
+class FederatedMethod(Method):
+    federated = True
+    num_negatives: int = 0
+
+    def __init__(self, config: Any, env: RunEnv, *, privacy: Privacy, attack: Attack, defense: Defense):
+        super().__init__(config, env)
+        self.privacy, self.attack, self.defense = privacy, attack, defense
+        private, public = env.backbone.init_params(env.n_users, env.n_items, generator(env.sim.seed, "init"))
+        self.private = PrivateParams(private.user.to(env.device))  # client side
+        self.public = PublicParams(public.item.to(env.device), {k: v.to(env.device) for k, v in public.net.items()})
+        self.sampler = ClientSampler(env.clients_with_data(), env.sim.clients_per_round, env.sim.seed)
+        self._positive_keys = env.train.sorted_keys()
+
+    # -- hooks ---------------------------------------------------------------------------
+    def client_step(self, problem: LocalProblem) -> tuple[Uploads, torch.Tensor, torch.Tensor]:
+        """Vectorized over the bucket's clients → (uploads, new private rows [B, du], loss [B])."""
+        raise NotImplementedError
+
+    def server_step(self, aggregate: Aggregate, ctx: RoundContext) -> None:
+        raise NotImplementedError
+
+    def fast_round(self, problems: list[LocalProblem]) -> tuple[Aggregate, torch.Tensor] | None:
+        """Optional FedSGD shortcut computing the aggregate directly; None when not exact."""
+        return None
+
+    # -- the round -----------------------------------------------------------------------
+    def rounds_per_epoch(self) -> int:
+        return self.sampler.rounds_per_epoch
+
+    def problems(self, users: torch.Tensor, round_index: int) -> list[LocalProblem]:
+        env = self.env
+        sizes = env.train.sizes(users)
+        slots_per_row = 1 + self.num_negatives
+        gen = generator(env.sim.seed, "negatives", round_index, env.device)
+        out = []
+        for index in bucketize(sizes, env.sim.buckets, env.sim.max_slots, slots_per_row):
+            batch = env.train.client_batch(users[index])
+            negatives = None
+            if self.num_negatives:
+                negatives = sample_negatives(batch.users, (batch.pos.shape[1], self.num_negatives), env.n_items,
+                                             self._positive_keys, gen)
+            out.append(local_problem(batch, negatives, env.n_items))
+        return out
+
+    def train_round(self, round_index: int) -> RoundStats:
+        env = self.env
+        users = self.sampler.users(round_index)
+        ctx = RoundContext(round_index, round_index // self.rounds_per_epoch(), int(users.numel()))
+        problems = self.problems(users, round_index)
+        fast = self.fast_round(problems)
+        if fast is not None:
+            aggregate, losses = fast
+            rows = torch.cat([p.item_mask.sum(1) for p in problems]).to(torch.float64)
+            dense_bytes = sum(v.numel() * v.element_size() for v in self.public.net.values())
+            bytes_up = float((rows * (self.public.item.shape[1] * 4 + 4) + dense_bytes).mean())
+        else:
+            gen = generator(env.sim.seed, "privacy", round_index, env.device)
+            parts, loss_parts = [], []
+            for problem in problems:
+                uploads, new_user, loss = self.client_step(problem)
+                self.private.user[problem.batch.users] = new_user
+                parts.append(self.privacy.apply(uploads, gen))
+                loss_parts.append(loss)
+            uploads = self.attack.inject(Uploads.concat(parts), ctx)
+            aggregate = self.defense.aggregate(uploads)
+            losses = torch.cat(loss_parts)
+            bytes_up = float(uploads.nbytes_per_client()[: ctx.n_clients].mean())
+        self.server_step(aggregate, ctx)
+        return RoundStats(float(losses.mean()), ctx.n_clients, bytes_up, self.download_bytes(problems))
+
+    def download_bytes(self, problems: list[LocalProblem]) -> float:
+        """Mean bytes a client downloads: the item rows it touches and the shared weights."""
+        rows = torch.cat([p.item_mask.sum(1) for p in problems]).to(torch.float64)
+        dense = sum(v.numel() * v.element_size() for v in self.public.net.values())
+        return float((rows * self.public.item.shape[1] * self.public.item.element_size() + dense).mean())
+
+    # -- evaluation (each client scores with its private row and the public model) --------
+    @torch.no_grad()
+    def score_users(self, users: torch.Tensor) -> torch.Tensor:
+        return self.env.backbone.score_full(self.private.user[users], self.public.item, self.public.net)
+
+    @torch.no_grad()
+    def score_pairs(self, users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+        vectors = self.public.item[items].unsqueeze(1)  # [N, 1, di]
+        return self.env.backbone.score(self.private.user[users], vectors, self.public.net)[:, 0]

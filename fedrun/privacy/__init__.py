@@ -1,0 +1,1 @@
+"""Privacy options: one module per ``conf/privacy/<name>.yaml``."""

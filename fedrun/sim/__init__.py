@@ -1,0 +1,1 @@
+"""The simulator: client sampling, batching, vectorized local training, the round loop."""

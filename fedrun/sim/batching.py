@@ -1,0 +1,72 @@
+"""Bucketing clients by data size, and each bucket's local item table.
+
+A client's local model holds one copy of every item row it touches (its positives and
+this round's negatives). ``LocalProblem`` lays those copies out as a padded ``[B, Lu]``
+table per bucket, with the training examples pointing into it (``pos_slot``,
+``neg_slot``), so duplicated items share one local copy exactly as in a per-client model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fedrun.types import ClientBatch
+
+
+def bucketize(sizes: torch.Tensor, n_buckets: int, max_slots: int, slots_per_row: int) -> list[torch.Tensor]:
+    """Split clients (by their data size) into groups of similar size.
+
+    Returns index tensors into ``sizes``. Clients are sorted by size and cut into
+    ``n_buckets`` groups of equal count; a group whose padded size
+    (clients × longest × ``slots_per_row``) exceeds ``max_slots`` is cut further.
+    """
+    order = torch.argsort(sizes, stable=True)
+    groups = [g for g in torch.tensor_split(order, min(n_buckets, order.numel())) if g.numel()]
+    out: list[torch.Tensor] = []
+    for group in groups:
+        longest = int(sizes[group].max())
+        per_chunk = max(1, max_slots // max(1, longest * slots_per_row))
+        out.extend(torch.split(group, per_chunk))
+    return out
+
+
+@dataclass(frozen=True)
+class LocalProblem:
+    """One bucket's local training problem, in local-table coordinates."""
+
+    batch: ClientBatch
+    items: torch.Tensor  # [B, Lu] distinct item ids per client (0 where padded)
+    item_mask: torch.Tensor  # [B, Lu] bool
+    pos_slot: torch.Tensor  # [B, P] index into items[b]
+    neg_slot: torch.Tensor | None  # [B, P, n] index into items[b]
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.batch.n_pos().to(torch.float32)  # [B]
+
+
+def local_problem(batch: ClientBatch, negatives: torch.Tensor | None, n_items: int) -> LocalProblem:
+    """Deduplicate each client's (positives ∪ negatives) into a local item table."""
+    B, P = batch.pos.shape
+    touched = batch.pos if negatives is None else torch.cat([batch.pos, negatives.reshape(B, -1)], 1)  # [B, M]
+    valid = batch.pos_mask if negatives is None else torch.cat(
+        [batch.pos_mask, batch.pos_mask.unsqueeze(-1).expand_as(negatives).reshape(B, -1)], 1)
+    client = torch.arange(B, device=touched.device).unsqueeze(1).expand_as(touched)
+    sentinel = B * n_items  # sorts after every real key
+    key = torch.where(valid, client * n_items + touched, torch.full_like(touched, sentinel))
+    uniq, inverse = torch.unique(key, return_inverse=True)  # sorted by client, then item
+    real = uniq < sentinel
+    owner, item = uniq // n_items, uniq % n_items
+    counts = torch.bincount(owner[real], minlength=B)
+    starts = counts.cumsum(0) - counts
+    slot_of_uniq = torch.arange(uniq.numel(), device=uniq.device) - starts[owner.clamp_max(B - 1)]
+    width = int(counts.max()) if B else 0
+    items = torch.zeros(B, width, dtype=torch.int64, device=touched.device)
+    item_mask = torch.zeros(B, width, dtype=torch.bool, device=touched.device)
+    items[owner[real], slot_of_uniq[real]] = item[real]
+    item_mask[owner[real], slot_of_uniq[real]] = True
+    slots = torch.where(valid, slot_of_uniq[inverse], torch.zeros_like(inverse))  # [B, M]
+    neg_slot = None if negatives is None else slots[:, P:].reshape(negatives.shape)
+    return LocalProblem(batch, items, item_mask, slots[:, :P], neg_slot)

@@ -1,0 +1,46 @@
+"""The ``sim`` group: rounds, clients per round, seeds, device, batching limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fedrun.errors import ConfigError, check, check_choice
+
+
+@dataclass
+class SimConfig:
+    seed: int = 0  # training seed: initialisation, client sampling, negatives (the split has its own)
+    epochs: int = 20  # global epochs; a federated epoch = every client with data sampled once
+    clients_per_round: int = 256
+    local_epochs: int = 1  # local full-batch steps per round
+    max_rounds: int | None = None  # stop after this many rounds (quick runs / smoke tests)
+    eval_every: int = 1  # validate every N epochs (0: only the final test)
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    buckets: int = 8  # client buckets by data size per round (padding waste vs. launch count)
+    max_slots: int = 1 << 21  # most padded (client, example) slots trained at once: bounds memory
+    fast_path: str = "auto"  # auto: FedSGD fast path when exact | off
+    progress: bool = True  # show the progress bar
+
+    def __post_init__(self) -> None:
+        check(self.epochs >= 1, "epochs", self.epochs, "an integer >= 1")
+        check(self.clients_per_round >= 1, "clients_per_round", self.clients_per_round, "an integer >= 1")
+        check(self.local_epochs >= 1, "local_epochs", self.local_epochs, "an integer >= 1")
+        check(self.max_rounds is None or self.max_rounds >= 1, "max_rounds", self.max_rounds, "null or an integer >= 1")
+        check(self.eval_every >= 0, "eval_every", self.eval_every, "an integer >= 0")
+        check(self.buckets >= 1, "buckets", self.buckets, "an integer >= 1")
+        check(self.max_slots >= 1, "max_slots", self.max_slots, "an integer >= 1")
+        check_choice("fast_path", self.fast_path, ("auto", "off"))
+        check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), "device",
+              self.device, "auto, cpu, cuda or cuda:N")
+
+    def torch_device(self) -> torch.device:
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        device = torch.device(self.device)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("sim.device", self.device, "cpu or auto: no CUDA device is available here")
+        if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError("sim.device", self.device, f"cuda:0..cuda:{torch.cuda.device_count() - 1}")
+        return device

@@ -1,0 +1,89 @@
+"""Vectorized local training: B clients' local models stacked on a batch dimension.
+
+Each client's loss depends only on its own slices (``user[b]``, ``item[b]``, ``net[b]``),
+so the gradient of the *summed* loss w.r.t. a slice is that client's own gradient, and an
+element-wise optimizer (SGD, Adam) stepping the stacked tensors is exactly B independent
+per-client optimizers (DESIGN.md, "The vectorization principle" 1–2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fedrun.backbone.base import Backbone
+from fedrun.backbone.losses import per_client_loss
+from fedrun.errors import check, check_choice, check_positive
+from fedrun.sim.batching import LocalProblem
+
+
+@dataclass
+class ClientOptimizer:
+    name: str = "sgd"  # sgd | adam
+    lr: float = 0.05
+    momentum: float = 0.0  # sgd only
+    weight_decay: float = 0.0  # L2 on the client's local parameters
+
+    def __post_init__(self) -> None:
+        check_choice("optimizer.name", self.name, ("sgd", "adam"))
+        check_positive("optimizer.lr", self.lr)
+        check(0 <= self.momentum < 1, "optimizer.momentum", self.momentum, "a number in [0, 1)")
+        check_positive("optimizer.weight_decay", self.weight_decay, allow_zero=True)
+
+    def make(self, params: list[torch.Tensor]) -> torch.optim.Optimizer:
+        if self.name == "adam":
+            return torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay)
+        return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+
+    @property
+    def is_plain_sgd(self) -> bool:
+        return self.name == "sgd" and self.momentum == 0 and self.weight_decay == 0
+
+
+def problem_loss(backbone: Backbone, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
+                 net: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Per-client mean loss [B] of each client's examples, scored with its local item table.
+
+    user [B, du]; item_table [B, Lu, di]; net shared or [B, *shape].
+    """
+    B, P = problem.pos_slot.shape
+    slots = problem.pos_slot if problem.neg_slot is None else torch.cat(
+        [problem.pos_slot, problem.neg_slot.reshape(B, -1)], 1)  # [B, S]
+    vectors = torch.gather(item_table, 1, slots.unsqueeze(-1).expand(-1, -1, item_table.shape[-1]))  # [B, S, di]
+    scores = backbone.score(user, vectors, net)  # [B, S]
+    neg = None if problem.neg_slot is None else scores[:, P:].reshape(problem.neg_slot.shape)
+    return per_client_loss(backbone.config.loss, scores[:, :P], neg, problem.batch.pos_mask, problem.batch.ratings)
+
+
+@dataclass(frozen=True)
+class LocalResult:
+    user: torch.Tensor  # [B, du] the clients' new private rows
+    item_delta: torch.Tensor  # [B, Lu, di] change of each local item row
+    net_delta: dict[str, torch.Tensor]  # name → [B, *shape]
+    loss: torch.Tensor  # [B] each client's loss at its first local step
+
+
+def train_local(backbone: Backbone, problem: LocalProblem, user0: torch.Tensor, item0: torch.Tensor,
+                net0: dict[str, torch.Tensor], optimizer: ClientOptimizer, steps: int) -> LocalResult:
+    """Run ``steps`` full-batch local steps for every client of the bucket at once.
+
+    user0 [B, du] private rows; item0 [B, Lu, di] the clients' copies of their item rows;
+    net0 shared weights (each client gets its own copy, [B, *shape]).
+    """
+    B = user0.shape[0]
+    user = user0.detach().clone().requires_grad_(True)
+    item = item0.detach().clone().requires_grad_(True)
+    net = {k: v.detach().unsqueeze(0).repeat(B, *([1] * v.dim())).requires_grad_(True) for k, v in net0.items()}
+    opt = optimizer.make([user, item, *net.values()])
+    first_loss = None
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        losses = problem_loss(backbone, problem, user, item, net)  # [B]
+        losses.sum().backward()
+        opt.step()
+        first_loss = losses.detach() if first_loss is None else first_loss
+    with torch.no_grad():
+        item_delta = (item - item0) * problem.item_mask.unsqueeze(-1)
+        net_delta = {k: v - net0[k].unsqueeze(0) for k, v in net.items()}
+    return LocalResult(user.detach(), item_delta, net_delta, first_loss)

@@ -1,0 +1,1 @@
+"""Track options: one module per ``conf/track/<name>.yaml``."""

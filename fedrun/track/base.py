@@ -1,0 +1,28 @@
+"""Trackers record a run: params, tags, per-round metrics (batched), artifacts, final status."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+
+class Tracker:
+    Config: ClassVar[type]
+
+    def __init__(self, config):
+        self.config = config
+
+    def start(self, experiment: str, run_name: str, params: dict[str, Any], tags: dict[str, str]) -> None:
+        pass
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        pass
+
+    def log_artifact(self, path: Path) -> None:
+        pass
+
+    def finish(self, status: str, reason: str | None = None) -> None:
+        """status: FINISHED | FAILED | KILLED; the reason is kept with the run."""
+
+    def link(self) -> str | None:
+        return None

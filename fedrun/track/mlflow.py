@@ -1,0 +1,114 @@
+"""MLflow tracking with an embedded SQLite store under ``outputs/`` by default.
+
+``MLFLOW_TRACKING_URI`` (or ``track.uri``) points at a team server instead. Per-round
+metrics are buffered and sent with ``log_batch`` (each SQLite call costs milliseconds);
+names never contain ``@`` (``ndcg_at_10``). A failed or interrupted run ends FAILED or
+KILLED with the reason in the ``fedrun.failure_reason`` tag.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedrun.errors import check
+from fedrun.track.base import Tracker
+
+MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
+MAX_PARAMS = 100  # ... and of params
+
+
+@dataclass
+class MlflowConfig:
+    uri: str | None = None  # tracking URI; default $MLFLOW_TRACKING_URI or sqlite:///outputs/mlflow.db
+    experiment: str | None = None  # default: the experiment preset's name, else the dataset's
+    flush_every: int = 200  # buffered metric values before a log_batch call
+
+    def __post_init__(self) -> None:
+        check(self.flush_every >= 1, "flush_every", self.flush_every, "an integer >= 1")
+
+
+def default_uri() -> str:
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    outputs = Path("outputs").resolve()
+    outputs.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{outputs / 'mlflow.db'}"
+
+
+class Mlflow(Tracker):
+    Config = MlflowConfig
+
+    def __init__(self, config: MlflowConfig):
+        super().__init__(config)
+        self.uri = config.uri or default_uri()
+        self.client = None
+        self.run_id: str | None = None
+        self.experiment_id: str | None = None
+        self._buffer: list[Any] = []
+
+    def start(self, experiment: str, run_name: str, params: dict[str, Any], tags: dict[str, str]) -> None:
+        from mlflow.entities import Param
+        from mlflow.tracking import MlflowClient
+
+        self.client = MlflowClient(self.uri)
+        self.experiment_id = experiment_id(self.client, experiment)
+        run = self.client.create_run(self.experiment_id, run_name=run_name,
+                                     tags={"mlflow.runName": run_name, **tags})
+        self.run_id = run.info.run_id
+        items = [Param(k, str(v)[:6000]) for k, v in params.items()]
+        for start in range(0, len(items), MAX_PARAMS):
+            self.client.log_batch(self.run_id, params=items[start:start + MAX_PARAMS])
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self._buffer.extend(Metric(k, float(v), now, step) for k, v in metrics.items())
+        if len(self._buffer) >= self.config.flush_every:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.client is None or not self._buffer:
+            return
+        for start in range(0, len(self._buffer), MAX_BATCH):
+            self.client.log_batch(self.run_id, metrics=self._buffer[start:start + MAX_BATCH])
+        self._buffer = []
+
+    def log_artifact(self, path: Path) -> None:
+        if self.client is not None:
+            self.client.log_artifact(self.run_id, str(path))
+
+    def finish(self, status: str, reason: str | None = None) -> None:
+        if self.client is None:
+            return
+        self.flush()
+        if reason:
+            self.client.set_tag(self.run_id, "fedrun.failure_reason", reason[:5000])
+        self.client.set_terminated(self.run_id, status=status)
+
+    def link(self) -> str | None:
+        if self.run_id is None:
+            return None
+        return (f"mlflow ui --backend-store-uri {self.uri}  →  "
+                f"http://127.0.0.1:5000/#/experiments/{self.experiment_id}/runs/{self.run_id}")
+
+
+def experiment_id(client, name: str) -> str:
+    """The id of experiment ``name``, created (with artifacts under outputs/) if missing."""
+    from mlflow.exceptions import MlflowException
+
+    existing = client.get_experiment_by_name(name)
+    if existing is not None:
+        return existing.experiment_id
+    location = None
+    if client.tracking_uri.startswith("sqlite:///"):
+        root = Path(client.tracking_uri[len("sqlite:///"):]).parent / "mlartifacts" / name
+        location = root.resolve().as_uri()
+    try:
+        return client.create_experiment(name, artifact_location=location)
+    except MlflowException:  # created meanwhile by a parallel sweep job
+        return client.get_experiment_by_name(name).experiment_id

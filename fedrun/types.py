@@ -1,0 +1,85 @@
+"""Frozen containers passed between the simulator's phases.
+
+The privacy boundary lives here: the server phase (``defense.aggregate``,
+``method.server_step``) receives :class:`Uploads` / :class:`Aggregate` and the public
+parameters only. ``ClientBatch`` (raw local data) and private parameters stay on the
+client side of the round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(frozen=True)
+class ClientBatch:
+    """B clients' local training data, padded to the bucket's longest client."""
+
+    users: torch.Tensor  # [B] user ids
+    pos: torch.Tensor  # [B, P] positive item ids (0 where padded)
+    pos_mask: torch.Tensor  # [B, P] bool
+    ratings: torch.Tensor | None  # [B, P] explicit ratings, or None
+
+    @property
+    def size(self) -> int:
+        return int(self.users.numel())
+
+    def n_pos(self) -> torch.Tensor:
+        return self.pos_mask.sum(1)  # [B]
+
+
+@dataclass(frozen=True)
+class Uploads:
+    """What B clients send to the server in one round.
+
+    Item-row deltas are sparse triples: row r says client ``row_client[r]`` (its position
+    in the round, not its user id) sends ``row_delta[r]`` for item ``row_item[r]``.
+    Dense deltas of shared weights have a leading client dimension.
+    """
+
+    n_clients: int
+    row_client: torch.Tensor  # [R] int64 in [0, n_clients)
+    row_item: torch.Tensor  # [R] int64
+    row_delta: torch.Tensor  # [R, di]
+    dense: dict[str, torch.Tensor] = field(default_factory=dict)  # name → [n_clients, *shape]
+    weight: torch.Tensor | None = None  # [n_clients] data size, for FedAvg weighting
+
+    @staticmethod
+    def concat(parts: list["Uploads"]) -> "Uploads":
+        offsets = torch.tensor([0] + [p.n_clients for p in parts[:-1]]).cumsum(0).tolist()
+        names = parts[0].dense.keys()
+        return Uploads(
+            n_clients=sum(p.n_clients for p in parts),
+            row_client=torch.cat([p.row_client + off for p, off in zip(parts, offsets)]),
+            row_item=torch.cat([p.row_item for p in parts]),
+            row_delta=torch.cat([p.row_delta for p in parts]),
+            dense={name: torch.cat([p.dense[name] for p in parts]) for name in names},
+            weight=None if parts[0].weight is None else torch.cat([p.weight for p in parts]),
+        )
+
+    def nbytes_per_client(self) -> torch.Tensor:
+        """[n_clients] bytes each client sends: its item rows (id + vector) and dense deltas."""
+        row_bytes = self.row_delta.shape[1] * self.row_delta.element_size() + 4  # vector + int32 item id
+        rows = torch.bincount(self.row_client, minlength=self.n_clients).to(torch.float64)
+        dense = sum(t[0].numel() * t.element_size() for t in self.dense.values()) if self.dense else 0
+        return rows * row_bytes + dense
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """The server's view after aggregation: one delta per touched item row and per dense weight."""
+
+    items: torch.Tensor  # [G] distinct item ids
+    item_delta: torch.Tensor  # [G, di]
+    dense: dict[str, torch.Tensor] = field(default_factory=dict)  # name → [*shape]
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    """What every phase may know about the round."""
+
+    round: int
+    epoch: int
+    n_clients: int
