@@ -28,7 +28,8 @@ import torch
 from fedrun.errors import check
 from fedrun.method.federated import FederatedMethod
 from fedrun.sim.batching import LocalProblem
-from fedrun.sim.local import ClientOptimizer, problem_loss, train_local
+from fedrun.sim.rows import gather_rows
+from fedrun.sim.local import ClientOptimizer, example_slots, train_local, vectors_loss
 from fedrun.sim.server_opt import ServerOptimizer, ServerOptimizerConfig
 from fedrun.types import Aggregate, RoundContext, Uploads
 
@@ -86,7 +87,8 @@ class FedAvg(FederatedMethod):
             weight = self.defense.linear_weights(problem.weight)  # [B]
             user_leaf = self.private.user[users].requires_grad_(True)
             local = torch.searchsorted(rows, problem.items)  # [B, Lu] positions in `rows`
-            loss = problem_loss(self.env.backbone, problem, user_leaf, item_leaf[local], net_leaf)  # [B]
+            vectors = gather_rows(item_leaf, local.gather(1, example_slots(problem)))  # [B, S, di]
+            loss = vectors_loss(self.env.backbone, problem, user_leaf, vectors, net_leaf)  # [B]
             (loss * weight).sum().backward()
             with torch.no_grad():
                 self.private.user[users] = user_leaf - lr * user_leaf.grad / weight.unsqueeze(1)

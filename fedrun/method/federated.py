@@ -17,7 +17,7 @@ import torch
 
 from fedrun.attack.base import Attack
 from fedrun.backbone.base import PrivateParams, PublicParams
-from fedrun.data.negatives import sample_negatives
+from fedrun.data.negatives import sample_batch_negatives
 from fedrun.defense.base import Defense
 from fedrun.method.base import Method, RoundStats
 from fedrun.privacy.base import Privacy
@@ -39,7 +39,6 @@ class FederatedMethod(Method):
         self.private = PrivateParams(private.user.to(env.device))  # client side
         self.public = PublicParams(public.item.to(env.device), {k: v.to(env.device) for k, v in public.net.items()})
         self.sampler = ClientSampler(env.clients_with_data(), env.sim.clients_per_round, env.sim.seed)
-        self._positive_keys = env.train.sorted_keys()
 
     # -- hooks ---------------------------------------------------------------------------
     def client_step(self, problem: LocalProblem) -> tuple[Uploads, torch.Tensor, torch.Tensor]:
@@ -67,8 +66,7 @@ class FederatedMethod(Method):
             batch = env.train.client_batch(users[index])
             negatives = None
             if self.num_negatives:
-                negatives = sample_negatives(batch.users, (batch.pos.shape[1], self.num_negatives), env.n_items,
-                                             self._positive_keys, gen)
+                negatives = sample_batch_negatives(batch.pos, batch.pos_mask, self.num_negatives, env.n_items, gen)
             out.append(local_problem(batch, negatives, env.n_items))
         return out
 

@@ -16,6 +16,7 @@ from fedrun.backbone.base import Backbone
 from fedrun.backbone.losses import per_client_loss
 from fedrun.errors import check, check_choice, check_positive
 from fedrun.sim.batching import LocalProblem
+from fedrun.sim.rows import gather_rows
 
 
 @dataclass
@@ -41,16 +42,28 @@ class ClientOptimizer:
         return self.name == "sgd" and self.momentum == 0 and self.weight_decay == 0
 
 
+def example_slots(problem: LocalProblem) -> torch.Tensor:
+    """[B, S] local-table slot of every scored example: the P positives, then their negatives."""
+    if problem.neg_slot is None:
+        return problem.pos_slot
+    return torch.cat([problem.pos_slot, problem.neg_slot.reshape(problem.pos_slot.shape[0], -1)], 1)
+
+
 def problem_loss(backbone: Backbone, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
                  net: dict[str, torch.Tensor]) -> torch.Tensor:
     """Per-client mean loss [B] of each client's examples, scored with its local item table.
 
-    user [B, du]; item_table [B, Lu, di]; net shared or [B, *shape].
+    user [B, du]; item_table [B, Lu, di] (each client's own copies); net shared or [B, *shape].
     """
+    B, Lu, di = item_table.shape
+    rows = example_slots(problem) + torch.arange(B, device=user.device).unsqueeze(1) * Lu  # [B, S] into [B·Lu]
+    return vectors_loss(backbone, problem, user, gather_rows(item_table.reshape(B * Lu, di), rows), net)
+
+
+def vectors_loss(backbone: Backbone, problem: LocalProblem, user: torch.Tensor, vectors: torch.Tensor,
+                 net: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Per-client mean loss [B] given the item vectors of every example, vectors [B, S, di]."""
     B, P = problem.pos_slot.shape
-    slots = problem.pos_slot if problem.neg_slot is None else torch.cat(
-        [problem.pos_slot, problem.neg_slot.reshape(B, -1)], 1)  # [B, S]
-    vectors = torch.gather(item_table, 1, slots.unsqueeze(-1).expand(-1, -1, item_table.shape[-1]))  # [B, S, di]
     scores = backbone.score(user, vectors, net)  # [B, S]
     neg = None if problem.neg_slot is None else scores[:, P:].reshape(problem.neg_slot.shape)
     return per_client_loss(backbone.config.loss, scores[:, :P], neg, problem.batch.pos_mask, problem.batch.ratings)
