@@ -1,8 +1,14 @@
-"""Uniform negative sampling that excludes a user's positives, vectorized over all draws."""
+"""Uniform negative sampling that excludes a user's positives, vectorized over all draws.
+
+Every draw is keyed by (seed, user, position, attempt) through a counter-based hash, so a
+user's negatives do not depend on batching, bucketing or device.
+"""
 
 from __future__ import annotations
 
 import torch
+
+from fedrun.sim import hashrng
 
 
 def contains(sorted_keys: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -13,42 +19,47 @@ def contains(sorted_keys: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     return sorted_keys[pos] == keys
 
 
-def _rejection(owner: torch.Tensor, sorted_keys: torch.Tensor, stride: int, n_items: int,
-               generator: torch.Generator, max_rounds: int = 1000) -> torch.Tensor:
-    """One uniform item per entry of ``owner`` [N] whose key ``owner * stride + item`` is not in
-    ``sorted_keys``. Collisions are redrawn; only the redrawn entries are checked again."""
-    draws = torch.randint(n_items, owner.shape, generator=generator, device=owner.device)
-    todo = torch.arange(owner.numel(), device=owner.device)
-    for _ in range(max_rounds):
+def _rejection(seed: int, user: torch.Tensor, position: torch.Tensor, owner: torch.Tensor,
+               sorted_keys: torch.Tensor, stride: int, n_items: int, max_rounds: int = 1000) -> torch.Tensor:
+    """One item per draw (``user``, ``position``) [N] whose key ``owner * stride + item`` is not in
+    ``sorted_keys``. Collisions are redrawn with the next attempt number; only they are re-checked."""
+    attempt = torch.zeros_like(user)
+    draws = hashrng.randint(seed, [user, position, attempt], n_items)
+    todo = torch.arange(user.numel(), device=user.device)
+    for step in range(1, max_rounds):
         bad = todo[contains(sorted_keys, owner[todo] * stride + draws[todo])]
         if bad.numel() == 0:
             return draws
-        draws[bad] = torch.randint(n_items, (bad.numel(),), generator=generator, device=owner.device)
+        draws[bad] = hashrng.randint(seed, [user[bad], position[bad], torch.full_like(bad, step)], n_items)
         todo = bad
     raise RuntimeError("negative sampling did not converge: some user has (almost) every item as a positive")
 
 
-def sample_negatives(users: torch.Tensor, shape: tuple[int, ...], n_items: int, positive_keys: torch.Tensor,
-                     generator: torch.Generator) -> torch.Tensor:
-    """users [B] → [B, *shape] items drawn uniformly from each user's non-positives.
+def sample_negatives(users: torch.Tensor, count: int, n_items: int, positive_keys: torch.Tensor, seed: int,
+                     draw_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """users [B] → [B, count] items drawn uniformly from each user's non-positives.
 
     ``positive_keys``: the sorted ``user * n_items + item`` keys of the items to exclude.
+    ``draw_ids`` [B] name each row's draws (default: the user id — give distinct ids when
+    a user appears in several rows that need independent negatives).
     """
-    full = (users.numel(), *shape)
-    owner = users.view(-1, *([1] * len(shape))).expand(full).reshape(-1)
-    return _rejection(owner, positive_keys, n_items, n_items, generator).view(full)
+    ids = (users if draw_ids is None else draw_ids).repeat_interleave(count)
+    owner = users.repeat_interleave(count)
+    position = torch.arange(count, device=users.device).repeat(users.numel())
+    return _rejection(seed, ids, position, owner, positive_keys, n_items, n_items).view(-1, count)
 
 
-def sample_batch_negatives(pos: torch.Tensor, pos_mask: torch.Tensor, n_neg: int, n_items: int,
-                           generator: torch.Generator) -> torch.Tensor:
+def sample_batch_negatives(users: torch.Tensor, pos: torch.Tensor, pos_mask: torch.Tensor, n_neg: int,
+                           n_items: int, seed: int) -> torch.Tensor:
     """pos [B, P] (a padded client batch) → [B, P, n_neg] items that are not the client's positives.
 
-    Same distribution as ``sample_negatives``, but the keys to exclude are built from the
-    batch alone (B·P keys instead of every user's), so a round never touches the whole store.
+    The draw for (user, positive p, k) is keyed by position p·n_neg + k. The keys to
+    exclude come from the batch alone, so a round never touches the whole store.
     """
     B, P = pos.shape
     stride = n_items + 1  # padding uses item id n_items, which no draw takes
     rows = torch.sort(torch.where(pos_mask, pos, torch.full_like(pos, n_items)), dim=1).values  # [B, P]
     keys = (rows + torch.arange(B, device=pos.device).unsqueeze(1) * stride).reshape(-1)  # sorted
     owner = torch.arange(B, device=pos.device).repeat_interleave(P * n_neg)
-    return _rejection(owner, keys, stride, n_items, generator).view(B, P, n_neg)
+    position = torch.arange(P * n_neg, device=pos.device).repeat(B)
+    return _rejection(seed, users[owner], position, owner, keys, stride, n_items).view(B, P, n_neg)

@@ -19,7 +19,8 @@ def from_ranks(ranks: torch.Tensor, target_mask: torch.Tensor, ks: list[int], na
     1/log2(rank+2) over the ideal DCG of min(#targets, K) hits. MRR@K: 1/(rank+1) of the
     best-ranked target in the top K.
     """
-    n_targets = target_mask.sum(1).clamp_min(1)  # [U]
+    n_targets = target_mask.sum(1).clamp_min(1)  # [U] int64
+    n_float = n_targets.to(torch.float64)
     gain = 1.0 / torch.log2(ranks.clamp_max(1 << 30).to(torch.float64) + 2)  # [U, T]
     out = {}
     for k in ks:
@@ -27,7 +28,7 @@ def from_ranks(ranks: torch.Tensor, target_mask: torch.Tensor, ks: list[int], na
         ideal = (1.0 / torch.log2(torch.arange(k, dtype=torch.float64, device=ranks.device) + 2)).cumsum(0)
         values = {
             "hr": hit.any(1).to(torch.float64),
-            "recall": hit.sum(1) / n_targets,
+            "recall": hit.sum(1).to(torch.float64) / n_float,
             "ndcg": (gain * hit).sum(1) / ideal[n_targets.clamp_max(k) - 1],
             "mrr": (hit * (1.0 / (ranks.clamp_max(1 << 30).to(torch.float64) + 1))).amax(1),
         }

@@ -21,7 +21,8 @@ from fedrun.errors import check, check_choice
 from fedrun.eval.base import EvalConfig, Evaluator
 from fedrun.eval.metrics import from_ranks
 from fedrun.method.base import Method
-from fedrun.sim.seeding import generator
+from fedrun.sim import hashrng
+from fedrun.sim.seeding import derive_seed
 
 
 @dataclass
@@ -51,9 +52,9 @@ class Sampled(Evaluator):
 
     def negatives(self, part: str, users: torch.Tensor) -> torch.Tensor:
         if part not in self._negatives:
-            gen = generator(self.config.seed, f"sampled-eval-{part}", 0, self.device)
-            self._negatives[part] = sample_negatives(users, (self.config.num_negatives,), self.split.n_items,
-                                                     self._all_keys, gen)
+            seed = derive_seed(self.config.seed, f"sampled-eval-{part}")
+            self._negatives[part] = sample_negatives(users, self.config.num_negatives, self.split.n_items,
+                                                     self._all_keys, seed)
         return self._negatives[part]  # [U, N]
 
     @torch.no_grad()
@@ -71,8 +72,9 @@ class Sampled(Evaluator):
         if self.config.ties == "pessimistic":
             ranks = greater + equal
         else:
-            gen = generator(self.config.seed, f"sampled-ties-{part}", 0, self.device)
-            ranks = greater + (torch.rand(equal.shape, generator=gen, device=self.device) * (equal + 1)).long()
+            seed = derive_seed(self.config.seed, f"sampled-ties-{part}")
+            slot = torch.arange(equal.shape[1], device=self.device).expand_as(equal)
+            ranks = greater + hashrng.randint(seed, [users.unsqueeze(1).expand_as(equal), slot], 1 << 30) % (equal + 1)
         sums: dict[str, float] = defaultdict(float)
         rows = target_mask.reshape(-1)
         flat = from_ranks(ranks.reshape(-1, 1)[rows], torch.ones(int(rows.sum()), 1, dtype=torch.bool,

@@ -19,7 +19,7 @@ from fedrun.errors import check
 from fedrun.method.base import Method, RoundStats
 from fedrun.sim.env import RunEnv
 from fedrun.sim.local import ClientOptimizer
-from fedrun.sim.seeding import generator
+from fedrun.sim.seeding import derive_seed, generator
 
 
 @dataclass
@@ -54,14 +54,16 @@ class Central(Method):
 
     def train_round(self, round_index: int) -> RoundStats:
         env, n_pairs = self.env, self.pair_user.numel()
-        gen = generator(env.sim.seed, "central-epoch", round_index, env.device)
-        order = torch.randperm(n_pairs, generator=gen, device=env.device)
+        gen = generator(env.sim.seed, "central-epoch", round_index)  # CPU: same order on every device
+        order = torch.randperm(n_pairs, generator=gen).to(env.device)
+        seed = derive_seed(env.sim.seed, "central-negatives", round_index)
         total, batches = 0.0, 0
         for rows in torch.split(order, self.config.batch_size):
             users, items = self.pair_user[rows], self.pair_item[rows]
             candidates = items.unsqueeze(1)  # [N, 1]
             if self.num_negatives:
-                negatives = sample_negatives(users, (self.num_negatives,), env.n_items, self._positive_keys, gen)
+                negatives = sample_negatives(users, self.num_negatives, env.n_items, self._positive_keys, seed,
+                                             draw_ids=rows)  # keyed by the training pair
                 candidates = torch.cat([candidates, negatives], 1)  # [N, 1 + n]
             scores = env.backbone.score(self.user[users], self.item[candidates], self.net)  # [N, 1 + n]
             neg = scores[:, 1:].unsqueeze(1) if self.num_negatives else None
@@ -71,7 +73,7 @@ class Central(Method):
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()
-            total, batches = total + float(loss), batches + 1
+            total, batches = total + float(loss.detach()), batches + 1
         return RoundStats(total / max(batches, 1))
 
     @torch.no_grad()

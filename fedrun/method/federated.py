@@ -24,7 +24,7 @@ from fedrun.privacy.base import Privacy
 from fedrun.sim.batching import LocalProblem, bucketize, local_problem
 from fedrun.sim.env import RunEnv
 from fedrun.sim.sampling import ClientSampler
-from fedrun.sim.seeding import generator
+from fedrun.sim.seeding import derive_seed, generator
 from fedrun.types import Aggregate, RoundContext, Uploads
 
 
@@ -60,13 +60,14 @@ class FederatedMethod(Method):
         env = self.env
         sizes = env.train.sizes(users)
         slots_per_row = 1 + self.num_negatives
-        gen = generator(env.sim.seed, "negatives", round_index, env.device)
+        seed = derive_seed(env.sim.seed, "negatives", round_index)
         out = []
         for index in bucketize(sizes, env.sim.buckets, env.sim.max_slots, slots_per_row):
             batch = env.train.client_batch(users[index])
             negatives = None
             if self.num_negatives:
-                negatives = sample_batch_negatives(batch.pos, batch.pos_mask, self.num_negatives, env.n_items, gen)
+                negatives = sample_batch_negatives(batch.users, batch.pos, batch.pos_mask, self.num_negatives,
+                                                   env.n_items, seed)
             out.append(local_problem(batch, negatives, env.n_items))
         return out
 

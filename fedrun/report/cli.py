@@ -1,0 +1,102 @@
+"""``fedrun-report <experiment>``: an experiment's runs → mean ± std table over seeds.
+
+Runs are grouped by method, backbone, dataset and every other parameter that differs
+between runs, except the training seed. Failed and killed runs are listed with their
+reason, never dropped silently. Writes CSV + Markdown under ``outputs/reports/<name>/``
+and logs both to MLflow in a run tagged ``fedrun.kind=report``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from fedrun.report.table import markdown
+from fedrun.track.mlflow import default_uri, experiment_id
+
+SEED_PARAMS = {"sim.seed", "sim.progress", "sim.device", "device"}
+DEFAULT_METRICS = ["test_hr_at_10", "test_ndcg_at_10", "test_recall_at_20", "test_ndcg_at_20", "test_mae", "test_rmse"]
+
+
+def collect(client, exp_id: str) -> pd.DataFrame:
+    rows = []
+    for run in client.search_runs([exp_id], max_results=50000):
+        if run.data.tags.get("fedrun.kind") == "report":
+            continue
+        rows.append({"run_id": run.info.run_id, "status": run.info.status,
+                     "reason": run.data.tags.get("fedrun.failure_reason", ""),
+                     **{f"param:{k}": v for k, v in run.data.params.items()},
+                     **{f"metric:{k}": v for k, v in run.data.metrics.items()}})
+    return pd.DataFrame(rows)
+
+
+def group_columns(frame: pd.DataFrame) -> list[str]:
+    fixed = [f"param:choices.{g}" for g in ("method", "backbone", "dataset")]
+    varying = [c for c in frame.columns if c.startswith("param:") and c not in fixed
+               and c[len("param:"):] not in SEED_PARAMS and not c.startswith("param:choices.")
+               and frame[c].astype(str).nunique() > 1]
+    return [c for c in fixed if c in frame.columns] + varying
+
+
+def summarize(frame: pd.DataFrame, metrics: list[str]) -> tuple[list[str], list[list[str]]]:
+    done = frame[frame["status"] == "FINISHED"]
+    keys = group_columns(done) if len(done) else []
+    metrics = [m for m in metrics if f"metric:{m}" in done.columns]
+    header = [k.split(":", 1)[1].replace("choices.", "") for k in keys] + ["runs"] + metrics
+    rows = []
+    for values, group in (done.groupby(keys, dropna=False) if keys else [((), done)]):
+        values = values if isinstance(values, tuple) else (values,)
+        cells = [str(v) for v in values] + [str(len(group))]
+        for m in metrics:
+            col = group[f"metric:{m}"].dropna()
+            cells.append("" if col.empty else f"{col.mean():.4f} ± {col.std(ddof=1) if len(col) > 1 else 0.0:.4f}")
+        rows.append(cells)
+    return header, rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fedrun-report", description=__doc__.splitlines()[0])
+    parser.add_argument("experiment", help="MLflow experiment name (e.g. the dataset name, or a preset's name)")
+    parser.add_argument("--uri", default=None, help="tracking URI (default: $MLFLOW_TRACKING_URI or outputs/mlflow.db)")
+    parser.add_argument("--metrics", nargs="+", default=DEFAULT_METRICS, help="final metrics to tabulate")
+    parser.add_argument("--out", default="outputs/reports", help="folder for the CSV and Markdown files")
+    args = parser.parse_args(argv)
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(args.uri or default_uri())
+    experiment = client.get_experiment_by_name(args.experiment)
+    if experiment is None:
+        names = ", ".join(sorted(e.name for e in client.search_experiments())) or "none"
+        print(f"fedrun-report: no experiment named {args.experiment!r}; available: {names}", file=sys.stderr)
+        return 2
+    frame = collect(client, experiment.experiment_id)
+    if frame.empty:
+        print(f"fedrun-report: experiment {args.experiment!r} has no runs", file=sys.stderr)
+        return 2
+    header, rows = summarize(frame, args.metrics)
+    table = markdown(header, rows)
+    failed = frame[frame["status"] != "FINISHED"]
+    failed_lines = [f"- {r.run_id} {r.status}: {r.reason or 'no reason recorded'}" for r in failed.itertuples()]
+    text = f"# {args.experiment}: mean ± std over seeds\n\n{table}\n"
+    if failed_lines:
+        text += f"\n## Runs that did not finish ({len(failed_lines)})\n\n" + "\n".join(failed_lines) + "\n"
+    out = Path(args.out) / args.experiment
+    out.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows, columns=header).to_csv(out / "report.csv", index=False)
+    (out / "report.md").write_text(text)
+    run = client.create_run(experiment_id(client, args.experiment), run_name="report",
+                            tags={"fedrun.kind": "report", "mlflow.runName": "report"})
+    client.log_artifact(run.info.run_id, str(out / "report.csv"))
+    client.log_artifact(run.info.run_id, str(out / "report.md"))
+    client.set_terminated(run.info.run_id)
+    print(text)
+    print(f"written: {out / 'report.md'}, {out / 'report.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

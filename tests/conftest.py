@@ -1,0 +1,53 @@
+"""Shared helpers: compose the real config tree with overrides, build methods on synthetic data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import open_dict
+
+from fedrun.build import build
+from fedrun.cli import config_dir
+from fedrun.experiment import plan
+from fedrun.method.base import Method
+from fedrun.sim.env import RunEnv
+
+DATA_DIR = Path(os.environ.get("FEDRUN_DATA_DIR", Path(__file__).resolve().parents[1].parent / "shared" / "datasets"))
+needs_data = pytest.mark.skipif(not (DATA_DIR / "MANIFEST.md").exists(), reason="real datasets not available")
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    """Every test gets its own parse cache, working dir (outputs/) and MLflow store."""
+    monkeypatch.setenv("FEDRUN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("FEDRUN_DATA_DIR", str(DATA_DIR))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.chdir(tmp_path)
+
+
+def compose_cfg(overrides: list[str]):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir(), version_base="1.3"):
+        cfg = compose("config", overrides=overrides, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]  # as in a real run: the task config has no hydra node
+    return cfg
+
+
+SMALL = ["dataset=synthetic", "dataset.n_users=60", "dataset.n_items=80", "dataset.mean_length=8",
+         "track=none", "sim.progress=false"]
+
+
+def make_method(overrides: list[str]):
+    cfg = compose_cfg(SMALL + overrides)
+    p = plan(cfg)
+    split = p.dataset.load()
+    env = RunEnv.create(split, p.sim, p.backbone)
+    method = build(cfg.method, "method", Method, env=env, privacy=p.privacy, attack=p.attack, defense=p.defense)
+    return method, env

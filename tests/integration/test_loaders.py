@@ -1,0 +1,85 @@
+"""Every loader on the real files: statistics equal MANIFEST.md; corruption is caught by checksum."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from fedrun.build import parse_config
+from fedrun.dataset import (amazon_music, beauty, ciao, douban, filmtrust, gowalla, ml_1m, ml_100k, sports, steam,
+                            yelp, yelp_perfedrec)
+from fedrun.errors import DataError
+from tests.conftest import DATA_DIR, needs_data
+
+pytestmark = [needs_data, pytest.mark.integration]
+
+PREDEFINED = {"split": {"protocol": "predefined"}}
+# (class, overrides, users, items, interactions, unique pairs or None) — from MANIFEST.md
+MANIFEST = [
+    (ml_100k.Ml100k, {}, 943, 1682, 100_000, None),
+    (ml_1m.Ml1m, {}, 6040, 3706, 1_000_209, None),
+    (ml_1m.Ml1m, {"variant": "split80-20", **PREDEFINED}, 6040, 3706, 1_000_208, None),
+    (beauty.Beauty, {}, 22_363, 12_101, 198_502, None),
+    (sports.Sports, {}, 35_598, 18_357, 296_337, None),
+    (yelp.Yelp, {}, 30_431, 20_033, 316_354, 304_524),
+    (gowalla.Gowalla, PREDEFINED, 29_858, 40_981, 1_027_370, None),
+    (yelp_perfedrec.YelpPerfedrec, PREDEFINED, 5_224, 7_690, 123_024, None),
+    (amazon_music.AmazonMusic, PREDEFINED, 16_566, 11_797, 169_781, 145_292),
+    (steam.Steam, PREDEFINED, 3_753, 5_092, 114_713, None),
+    (filmtrust.Filmtrust, {"split": {"protocol": "random_ratio"}}, 1_508, 2_071, 35_497, None),
+    (ciao.Ciao, {"split": {"protocol": "random_ratio"}}, 7_375, 105_114, 284_086, None),
+    (douban.Douban, PREDEFINED, 3_000, 3_000, 136_891, None),
+]
+
+
+@pytest.mark.parametrize("cls,over,n_users,n_items,n_rows,n_pairs", MANIFEST,
+                         ids=[f"{c.name}-{o.get('variant', '')}" for c, o, *_ in MANIFEST])
+def test_loader_statistics_equal_manifest(cls, over, n_users, n_items, n_rows, n_pairs):
+    dataset = cls(parse_config(cls.Config, over, "dataset"))
+    parts = dataset.load_parts()
+    assert sum(len(p) for p in parts.values()) == n_rows
+    first = next(iter(parts.values()))
+    assert (first.n_users, first.n_items) == (n_users, n_items)
+    if n_pairs is not None:
+        user = np.concatenate([p.user for p in parts.values()])
+        item = np.concatenate([p.item for p in parts.values()])
+        assert np.unique(user * n_items + item).size == n_pairs
+    split = dataset.load()
+    assert len(split.train) + (len(split.valid) if split.valid else 0) + len(split.test) == n_rows
+    assert dataset.load_parts().keys() == parts.keys()  # second read comes from the cache
+
+
+def test_ml100k_predefined_folds_are_grouplens_files():
+    fold = ml_100k.Ml100k(parse_config(ml_100k.Ml100k.Config, {"split": {"protocol": "predefined", "fold": 2}},
+                                       "dataset")).load()
+    assert (len(fold.train), len(fold.test)) == (80_000, 20_000)
+    assert fold.test.rating is not None and set(np.unique(fold.test.rating)) <= {1, 2, 3, 4, 5}
+
+
+def test_corrupt_file_raises_checksum_error(tmp_path, monkeypatch):
+    shutil.copytree(DATA_DIR / "steam", tmp_path / "data" / "steam")
+    path = tmp_path / "data" / "steam" / "test.txt"
+    path.chmod(0o644)
+    path.write_bytes(path.read_bytes().replace(b"0 39", b"0 38", 1))
+    monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "data"))
+    dataset = steam.Steam(parse_config(steam.Steam.Config, PREDEFINED, "dataset"))
+    with pytest.raises(DataError, match=r"Checksum mismatch for .*steam/test.txt"):
+        dataset.load()
+
+
+def test_missing_file_says_where_to_put_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "empty"))
+    dataset = yelp_perfedrec.YelpPerfedrec(parse_config(yelp_perfedrec.YelpPerfedrec.Config, PREDEFINED, "dataset"))
+    with pytest.raises(DataError, match=r"Missing data file .*yelp-perfedrec/(train|valid|test).txt.*FEDRUN_DATA_DIR"):
+        dataset.load()
+
+
+def test_malformed_line_names_file_and_line(tmp_path, monkeypatch):
+    from fedrun.dataset._text import read_sequences
+
+    path = tmp_path / "bad.txt"
+    path.write_text("0 1 2\n1 3 x4\n")
+    with pytest.raises(DataError, match=r"Malformed line 2 in .*bad.txt"):
+        read_sequences(path)

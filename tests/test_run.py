@@ -1,0 +1,68 @@
+"""End-to-end runs on synthetic data: reproducibility, MLflow records, failure status, report."""
+
+from __future__ import annotations
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from fedrun import experiment
+from fedrun.report.cli import main as report_main
+from fedrun.sim.runner import NumericalError
+from tests.conftest import SMALL, compose_cfg
+
+
+def run(overrides):
+    return experiment.run(compose_cfg(SMALL + ["sim.epochs=2", *overrides]))
+
+
+@pytest.mark.parametrize("method", ["fedavg", "central"])
+def test_same_config_and_seed_gives_identical_metrics(method):
+    first = run([f"method={method}", "sim.seed=3"]).test
+    assert run([f"method={method}", "sim.seed=3"]).test == first
+    assert run([f"method={method}", "sim.seed=4"]).test != first
+
+
+def test_bucketing_does_not_change_results():
+    one = run(["sim.buckets=1", "method.optimizer.name=adam", "method.optimizer.lr=0.05"]).test
+    many = run(["sim.buckets=6", "sim.max_slots=500", "method.optimizer.name=adam", "method.optimizer.lr=0.05"]).test
+    for name in one:
+        assert many[name] == pytest.approx(one[name], abs=1e-6)
+
+
+def test_mlflow_run_records_config_metrics_and_artifacts():
+    result = run(["track=mlflow", "track.experiment=t1"])
+    client = MlflowClient()
+    (record,) = client.search_runs([client.get_experiment_by_name("t1").experiment_id])
+    assert record.info.status == "FINISHED"
+    assert record.data.params["sim.seed"] == "0" and record.data.params["choices.method"] == "fedavg"
+    assert record.data.tags["fedrun.dataset_digest"].startswith("synthetic-")
+    assert "fedrun.git_commit" in record.data.tags
+    history = client.get_metric_history(record.info.run_id, "train_loss")
+    assert len(history) == result.rounds and [m.step for m in history] == list(range(result.rounds))
+    assert record.data.metrics["test_ndcg_at_10"] == pytest.approx(result.test["ndcg_at_10"])
+    assert len(client.get_metric_history(record.info.run_id, "valid_ndcg_at_10")) == 2  # one per epoch
+    artifacts = {a.path for a in client.list_artifacts(record.info.run_id)}
+    assert {"last_run.md", "config.yaml"} <= artifacts
+
+
+def test_non_finite_loss_fails_the_run_with_its_reason():
+    with pytest.raises(NumericalError, match=r"became (nan|inf|-inf) in round \d"):
+        run(["track=mlflow", "track.experiment=t2", "method.optimizer.lr=1e30"])
+    client = MlflowClient()
+    (record,) = client.search_runs([client.get_experiment_by_name("t2").experiment_id])
+    assert record.info.status == "FAILED"
+    assert "NumericalError" in record.data.tags["fedrun.failure_reason"]
+
+
+def test_report_aggregates_seeds_and_lists_failed_runs(tmp_path):
+    for method in ("fedavg", "pop"):
+        for seed in (1, 2):
+            run(["track=mlflow", "track.experiment=t3", f"method={method}", f"sim.seed={seed}"])
+    with pytest.raises(NumericalError):
+        run(["track=mlflow", "track.experiment=t3", "method.optimizer.lr=1e30"])
+    assert report_main(["t3", "--out", str(tmp_path / "reports")]) == 0
+    text = (tmp_path / "reports" / "t3" / "report.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| fedavg") or line.startswith("| pop")]
+    assert len(rows) == 2 and all("| 2 " in row and "±" in row for row in rows)
+    assert "Runs that did not finish (1)" in text and "NumericalError" in text
+    assert (tmp_path / "reports" / "t3" / "report.csv").exists()
