@@ -6,7 +6,6 @@ status 2; in a multirun the failed job is recorded and the sweep goes on.
 
 from __future__ import annotations
 
-import logging
 import sys
 from pathlib import Path
 
@@ -36,7 +35,6 @@ def _app(cfg: DictConfig) -> float | None:
     try:
         result = experiment.run(cfg, sweep=sweep, job=hydra_cfg.job.num if multirun else None)
     except FedrunError as err:
-        logging.getLogger("fedrun").error("%s", err)
         print(f"\nfedrun: error: {err}", file=sys.stderr)
         if multirun:
             return None  # recorded as FAILED; the sweep continues with the next job

@@ -1,0 +1,58 @@
+"""The installed ``fedrun`` command: clean errors, a real run, a multirun sweep, the report."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+FEDRUN = shutil.which("fedrun") or str(Path(sys.executable).parent / "fedrun")
+REPORT = shutil.which("fedrun-report") or str(Path(sys.executable).parent / "fedrun-report")
+QUICK = ["dataset=synthetic", "dataset.n_users=80", "dataset.n_items=100", "sim.epochs=1", "sim.progress=false"]
+
+
+def fedrun(*args):
+    return subprocess.run([FEDRUN, *args], capture_output=True, text=True, timeout=300)
+
+
+def test_bad_value_exits_2_with_one_paragraph_and_no_traceback():
+    result = fedrun("sim.clients_per_round=-3", "track=none")
+    assert result.returncode == 2
+    assert "sim.clients_per_round=-3 is not allowed: expected an integer >= 1" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_unknown_option_lists_the_available_ones():
+    result = fedrun("method=nope")
+    assert result.returncode != 0
+    assert "Could not find 'method/nope'" in result.stderr and "fedavg" in result.stderr
+
+
+def test_run_prints_table_and_mlflow_link():
+    result = fedrun(*QUICK, "track.experiment=cli")
+    assert result.returncode == 0, result.stderr
+    assert "| ndcg_at_10" in result.stdout and "#/experiments/" in result.stdout
+
+
+def test_multirun_sweep_records_every_job_and_report_summarizes(tmp_path):
+    result = fedrun("-m", *QUICK, "method=pop,fedavg", "sim.seed=1,2", "track.experiment=sweep")
+    assert result.returncode == 0, result.stderr
+    client = MlflowClient()
+    runs = client.search_runs([client.get_experiment_by_name("sweep").experiment_id])
+    assert len(runs) == 4 and {r.info.status for r in runs} == {"FINISHED"}
+    assert len({r.data.tags["fedrun.sweep"] for r in runs}) == 1
+    report = subprocess.run([REPORT, "sweep", "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
+    assert "| fedavg" in report.stdout and "| pop" in report.stdout
+
+
+def test_failed_job_in_a_sweep_does_not_stop_the_others():
+    result = fedrun("-m", *QUICK, "method=pop", "sim.max_rounds=1,0", "track.experiment=sweep2")
+    assert result.returncode == 0, result.stderr
+    assert "sim.max_rounds=0 is not allowed" in result.stderr
+    client = MlflowClient()
+    runs = client.search_runs([client.get_experiment_by_name("sweep2").experiment_id])
+    assert [r.info.status for r in runs] == ["FINISHED"]
