@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import logging
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue
 
 from fedrun.attack.base import Attack
 from fedrun.backbone.base import Backbone
@@ -71,10 +73,19 @@ def plan(cfg: DictConfig) -> Plan:
     )
 
 
-def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) -> RunResult:
+@dataclass
+class Built:
+    plan: Plan
+    env: RunEnv
+    method: Method
+    evaluator: Evaluator
+    label: str
+
+
+def build_run(cfg: DictConfig) -> Built:
+    """Validate, load the data, build the method and the evaluator."""
     p = plan(cfg)
     label = " ".join(f"{g}={p.choices[g]}" for g in ("method", "backbone", "dataset") if p.choices[g])
-    torch.manual_seed(p.sim.seed)  # only as a guard: every draw below uses its own seeded generator
     started = time.perf_counter()
     split = p.dataset.load()
     log.info("%s: %d users, %d items, train/valid/test = %d/%s/%d (%s split, %.1fs)", p.dataset.name,
@@ -84,37 +95,61 @@ def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) ->
     method = build(cfg.method, "method", Method, env=env, privacy=p.privacy, attack=p.attack, defense=p.defense)
     evaluator = build(cfg.eval, "eval", Evaluator, split=split, device=env.device,
                       rating=p.backbone.config.loss == "mse", bytes_per_pair=p.backbone.full_score_bytes_per_pair())
-    experiment = cfg.track.get("experiment") or cfg.get("experiment_name") or p.dataset.name
-    params = {**flatten(OmegaConf.to_container(cfg, resolve=True)), **{f"run.{k}": v for k, v in method.describe().items()},
-              **{f"eval.{k}": v for k, v in evaluator.describe().items()}, "device": str(env.device)}
+    return Built(p, env, method, evaluator, label)
+
+
+def run_record(b: Built, sweep: str | None, job: int | None) -> tuple[dict[str, Any], dict[str, str]]:
+    """MLflow params (resolved config + run-time choices) and tags (digest, commit, seeds, options)."""
+    p = b.plan
+    params = {**flatten(OmegaConf.to_container(p.cfg, resolve=True)),
+              **{f"run.{k}": v for k, v in b.method.describe().items()},
+              **{f"eval.{k}": v for k, v in b.evaluator.describe().items()}, "device": str(b.env.device)}
     tags = {"fedrun.dataset_digest": p.dataset.digest(), "fedrun.git_commit": git_commit(),
             "fedrun.seed": str(p.sim.seed), "fedrun.split_seed": str(p.dataset.config.split.seed),
             **{f"fedrun.{g}": p.choices[g] for g in GROUPS if p.choices[g]}}
     if sweep:
         tags.update({"fedrun.sweep": sweep, "fedrun.job": str(job)})
-    p.tracker.start(experiment, label.replace(" ", " · "), params, tags)
+    return params, tags
+
+
+def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) -> RunResult:
+    b = build_run(cfg)
+    tracker = b.plan.tracker
+    experiment = cfg.track.get("experiment") or cfg.get("experiment_name") or b.plan.dataset.name
+    tracker.start(experiment, b.label.replace(" ", " · "), *run_record(b, sweep, job))
     try:
-        result = run_loop(method, evaluator, p.tracker, p.sim, label)
+        result = run_loop(b.method, b.evaluator, tracker, b.plan.sim, b.label)
         table = metrics_table({"test": result.test, **({"valid": result.valid} if result.valid else {})})
-        out = Path("outputs") / "results"
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "last_run.md").write_text(f"# {label}\n\n{table}\n")
-        p.tracker.log_artifact(out / "last_run.md")
-        resolved = out / "config.yaml"
-        resolved.write_text(OmegaConf.to_yaml(cfg, resolve=True))
-        p.tracker.log_artifact(resolved)
-        p.tracker.finish("FINISHED")
+        for path in write_outputs(cfg, b.label, table):
+            tracker.log_artifact(path)
+        tracker.finish("FINISHED")
     except KeyboardInterrupt:
-        p.tracker.finish("KILLED", "interrupted by the user (SIGINT)")
+        tracker.finish("KILLED", "interrupted by the user (SIGINT)")
         raise
     except BaseException as err:
-        p.tracker.finish("FAILED", f"{type(err).__name__}: {err}")
+        tracker.finish("FAILED", f"{type(err).__name__}: {err}")
         raise
-    print(f"\n{label}  ({result.rounds} rounds, train {result.train_seconds:.1f}s, eval {result.eval_seconds:.1f}s)")
+    print(f"\n{b.label}  ({result.rounds} rounds, train {result.train_seconds:.1f}s, eval {result.eval_seconds:.1f}s)")
     print(table)
-    if p.tracker.link():
-        print(p.tracker.link())
+    if tracker.link():
+        print(tracker.link())
     return result
+
+
+def write_outputs(cfg: DictConfig, label: str, table: str) -> list[Path]:
+    """The results table and resolved config, in this job's own Hydra output dir (sweep-safe)."""
+    out = job_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "last_run.md").write_text(f"# {label}\n\n{table}\n")
+    (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    return [out / "last_run.md", out / "config.yaml"]
+
+
+def job_dir() -> Path:
+    try:
+        return Path(HydraConfig.get().runtime.output_dir)
+    except (ValueError, AttributeError, KeyError, MissingMandatoryValue):  # not inside a Hydra job
+        return Path(tempfile.mkdtemp(prefix="fedrun-"))
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:

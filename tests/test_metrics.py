@@ -61,7 +61,8 @@ def brute_force(scores, split, part, ks, mask_valid):
             if t in masked.get(u, set()):
                 ranks.append(math.inf)
                 continue
-            ranks.append(sum(1 for j in range(len(row)) if j != t and j not in masked.get(u, set()) and row[j] >= row[t]))
+            hidden = masked.get(u, set())
+            ranks.append(sum(1 for j in range(len(row)) if j != t and j not in hidden and row[j] >= row[t]))
         for k in ks:
             hits = [r for r in ranks if r < k]
             idcg = sum(1 / math.log2(i + 2) for i in range(min(len(targets), k)))

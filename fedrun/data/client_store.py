@@ -29,7 +29,8 @@ class ClientStore:
         order = np.lexsort((np.arange(len(data)), key, data.user))
         counts = np.bincount(data.user, minlength=data.n_users)
         indptr = np.concatenate([[0], np.cumsum(counts)])
-        ratings = None if data.rating is None else torch.as_tensor(data.rating[order], dtype=torch.float32, device=device)
+        ratings = None if data.rating is None else torch.as_tensor(data.rating[order], dtype=torch.float32,
+                                                                   device=device)
         return cls(
             torch.as_tensor(indptr, dtype=torch.int64, device=device),
             torch.as_tensor(data.item[order], dtype=torch.int64, device=device),

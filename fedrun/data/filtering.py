@@ -44,6 +44,7 @@ def compact(parts: dict[str, Interactions]) -> dict[str, Interactions]:
     user_map[user_ids] = np.arange(user_ids.size)
     item_map[item_ids] = np.arange(item_ids.size)
     return {
-        name: Interactions(user_map[p.user], item_map[p.item], int(user_ids.size), int(item_ids.size), p.rating, p.order)
+        name: Interactions(user_map[p.user], item_map[p.item], int(user_ids.size), int(item_ids.size),
+                           p.rating, p.order)
         for name, p in parts.items()
     }

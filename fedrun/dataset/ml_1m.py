@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from fedrun.data.files import DataFile
 from fedrun.dataset._sequences import SequenceDataset
 from fedrun.dataset.base import DatasetConfig

@@ -12,7 +12,8 @@ MISS = torch.iinfo(torch.int64).max
 RANKING_METRICS = ("hr", "recall", "ndcg", "mrr")
 
 
-def from_ranks(ranks: torch.Tensor, target_mask: torch.Tensor, ks: list[int], names: list[str]) -> dict[str, torch.Tensor]:
+def from_ranks(ranks: torch.Tensor, target_mask: torch.Tensor, ks: list[int],
+               names: list[str]) -> dict[str, torch.Tensor]:
     """ranks [U, T] (MISS for misses), target_mask [U, T] → {metric_at_k: per-user values [U]}.
 
     HR@K: 1 if any target is in the top K. Recall@K: hits / #targets. NDCG@K: Σ_hits
@@ -36,7 +37,8 @@ def from_ranks(ranks: torch.Tensor, target_mask: torch.Tensor, ks: list[int], na
     return out
 
 
-def pessimistic_ranks(scores: torch.Tensor, targets: torch.Tensor, target_mask: torch.Tensor, k_max: int) -> torch.Tensor:
+def pessimistic_ranks(scores: torch.Tensor, targets: torch.Tensor, target_mask: torch.Tensor,
+                      k_max: int) -> torch.Tensor:
     """Exact ranks < k_max with ties broken against the target; MISS otherwise.
 
     scores [U, I] with masked items at −inf; targets [U, T]. A target's pessimistic rank is

@@ -28,8 +28,8 @@ import torch
 from fedrun.errors import check
 from fedrun.method.federated import FederatedMethod
 from fedrun.sim.batching import LocalProblem
-from fedrun.sim.rows import gather_rows
 from fedrun.sim.local import ClientOptimizer, example_slots, train_local, vectors_loss
+from fedrun.sim.rows import gather_rows
 from fedrun.sim.server_opt import ServerOptimizer, ServerOptimizerConfig
 from fedrun.types import Aggregate, RoundContext, Uploads
 

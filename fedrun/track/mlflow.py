@@ -93,8 +93,8 @@ class Mlflow(Tracker):
     def link(self) -> str | None:
         if self.run_id is None:
             return None
-        return (f"mlflow ui --backend-store-uri {self.uri}  →  "
-                f"http://127.0.0.1:5000/#/experiments/{self.experiment_id}/runs/{self.run_id}")
+        return (f"MLflow run {self.run_id}: `mlflow ui --backend-store-uri {self.uri}`, then the runs table at "
+                f"http://127.0.0.1:5000/#/experiments/{self.experiment_id}/runs")
 
 
 def experiment_id(client, name: str) -> str:

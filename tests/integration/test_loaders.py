@@ -8,8 +8,20 @@ import numpy as np
 import pytest
 
 from fedrun.build import parse_config
-from fedrun.dataset import (amazon_music, beauty, ciao, douban, filmtrust, gowalla, ml_1m, ml_100k, sports, steam,
-                            yelp, yelp_perfedrec)
+from fedrun.dataset import (
+    amazon_music,
+    beauty,
+    ciao,
+    douban,
+    filmtrust,
+    gowalla,
+    ml_1m,
+    ml_100k,
+    sports,
+    steam,
+    yelp,
+    yelp_perfedrec,
+)
 from fedrun.errors import DataError
 from tests.conftest import DATA_DIR, needs_data
 
