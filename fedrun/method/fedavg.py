@@ -36,7 +36,7 @@ from fedrun.types import Aggregate, RoundContext, Uploads
 
 @dataclass
 class FedAvgConfig:
-    optimizer: ClientOptimizer = field(default_factory=lambda: ClientOptimizer("sgd", 1.0))
+    optimizer: ClientOptimizer = field(default_factory=lambda: ClientOptimizer("sgd", 10.0))
     num_negatives: int = 1  # negatives per positive, resampled each round (ignored for mse)
     server_optimizer: ServerOptimizerConfig = field(default_factory=ServerOptimizerConfig)
 
