@@ -15,6 +15,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from fedrun.errors import FedrunError
+from fedrun.sim.runner import Interrupted
 
 
 def config_dir() -> str:
@@ -34,6 +35,9 @@ def _app(cfg: DictConfig) -> float | None:
     sweep = hydra_cfg.sweep.dir if multirun else None
     try:
         result = experiment.run(cfg, sweep=sweep, job=hydra_cfg.job.num if multirun else None)
+    except Interrupted as err:
+        print(f"\nfedrun: {err}", file=sys.stderr)
+        sys.exit(130 if err.signal_name == "SIGINT" else 143)  # a stopped sweep stops every job
     except FedrunError as err:
         print(f"\nfedrun: error: {err}", file=sys.stderr)
         if multirun:

@@ -19,15 +19,19 @@ from fedrun.backbone.base import Backbone
 from fedrun.build import build, parse_config, resolve_target
 from fedrun.dataset.base import Dataset
 from fedrun.defense.base import Defense
-from fedrun.errors import ConfigError
+from fedrun.errors import ConfigError, FedrunError
 from fedrun.eval.base import Evaluator
 from fedrun.method.base import Method
 from fedrun.privacy.base import Privacy
 from fedrun.report.table import metrics_table
+from fedrun.sim import checkpoint
+from fedrun.sim.checkpoint import RunnerState
 from fedrun.sim.config import SimConfig
 from fedrun.sim.env import RunEnv
-from fedrun.sim.runner import RunResult, run_loop
+from fedrun.sim.runner import Interrupted, RunResult, run_loop
 from fedrun.track.base import Tracker
+from fedrun.track.mlflow import Mlflow, MlflowConfig
+from fedrun.validate import check_run
 
 log = logging.getLogger("fedrun")
 GROUPS = ("dataset", "backbone", "method", "privacy", "attack", "defense", "eval", "track")
@@ -44,6 +48,8 @@ class Plan:
     attack: Attack
     defense: Defense
     tracker: Tracker
+    method_config: Any
+    eval_config: Any
     cfg: DictConfig
 
     @property
@@ -55,12 +61,12 @@ def plan(cfg: DictConfig) -> Plan:
     """Validate every group against its Config before any work starts."""
     sim = parse_config(SimConfig, cfg.sim, "sim")
     sim.torch_device()  # a requested but absent device fails here
-    method_target = cfg.method.get("_target_")
-    eval_target = cfg.eval.get("_target_")
-    for group, target in (("method", method_target), ("eval", eval_target)):
+    configs = {}
+    for group in ("method", "eval"):
+        target = cfg[group].get("_target_")
         if not target:
             raise ConfigError(f"{group}._target_", target, "the class implementing this option")
-        parse_config(resolve_target(target, group).Config, cfg[group], group)
+        configs[group] = parse_config(resolve_target(target, group).Config, cfg[group], group)
     return Plan(
         dataset=build(cfg.dataset, "dataset", Dataset),
         backbone=build(cfg.backbone, "backbone", Backbone),
@@ -69,6 +75,8 @@ def plan(cfg: DictConfig) -> Plan:
         attack=build(cfg.attack, "attack", Attack),
         defense=build(cfg.defense, "defense", Defense),
         tracker=build(cfg.track, "track", Tracker),
+        method_config=configs["method"],
+        eval_config=configs["eval"],
         cfg=cfg,
     )
 
@@ -91,6 +99,7 @@ def build_run(cfg: DictConfig) -> Built:
     log.info("%s: %d users, %d items, train/valid/test = %d/%s/%d (%s split, %.1fs)", p.dataset.name,
              split.n_users, split.n_items, len(split.train), len(split.valid) if split.valid else "-",
              len(split.test), split.protocol, time.perf_counter() - started)
+    check_run(p.dataset.name, split, p.backbone, p.sim, p.method_config, p.eval_config.kind)
     env = RunEnv.create(split, p.sim, p.backbone)
     method = build(cfg.method, "method", Method, env=env, privacy=p.privacy, attack=p.attack, defense=p.defense)
     evaluator = build(cfg.eval, "eval", Evaluator, split=split, device=env.device,
@@ -112,19 +121,40 @@ def run_record(b: Built, sweep: str | None, job: int | None) -> tuple[dict[str, 
     return params, tags
 
 
+RESUME_MAY_CHANGE = ("sim.resume", "sim.checkpoint_dir", "sim.checkpoint_every", "sim.progress", "sim.max_rounds",
+                     "sim.epochs", "sim.eval_every", "eval.memory_mb", "track.")
+
+
 def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) -> RunResult:
-    b = build_run(cfg)
-    tracker = b.plan.tracker
-    experiment = cfg.track.get("experiment") or cfg.get("experiment_name") or b.plan.dataset.name
-    tracker.start(experiment, b.label.replace(" ", " · "), *run_record(b, sweep, job))
     try:
-        result = run_loop(b.method, b.evaluator, tracker, b.plan.sim, b.label)
+        b = build_run(cfg)
+    except FedrunError as err:
+        record_failure(cfg, err, sweep, job)
+        raise
+    tracker, sim = b.plan.tracker, b.plan.sim
+    state, resumed_run = resume_state(b, cfg) if sim.resume else (None, None)
+    experiment = cfg.track.get("experiment") or cfg.get("experiment_name") or b.plan.dataset.name
+    if not (resumed_run and tracker.resume(resumed_run)):
+        tracker.start(experiment, b.label.replace(" ", " · "), *run_record(b, sweep, job))
+    checkpoint_path = Path(sim.checkpoint_dir or job_dir()) / "checkpoint.pt"
+    config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
+
+    def save(runner_state: RunnerState) -> Path:
+        checkpoint.save(checkpoint_path, b.method.state_dict(), runner_state, config_yaml, tracker.run_id)
+        tracker.log_checkpoint(checkpoint_path)
+        return checkpoint_path
+
+    try:
+        result = run_loop(b.method, b.evaluator, tracker, sim, b.label, state, save)
         table = metrics_table({"test": result.test, **({"valid": result.valid} if result.valid else {})})
         for path in write_outputs(cfg, b.label, table):
             tracker.log_artifact(path)
         tracker.finish("FINISHED")
+    except Interrupted as err:
+        tracker.finish("KILLED", str(err))
+        raise
     except KeyboardInterrupt:
-        tracker.finish("KILLED", "interrupted by the user (SIGINT)")
+        tracker.finish("KILLED", "aborted by a second interrupt (no checkpoint written for this round)")
         raise
     except BaseException as err:
         tracker.finish("FAILED", f"{type(err).__name__}: {err}")
@@ -134,6 +164,45 @@ def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) ->
     if tracker.link():
         print(tracker.link())
     return result
+
+
+def resume_state(b: Built, cfg: DictConfig) -> tuple[RunnerState, str | None]:
+    """Load ``sim.resume`` (a path, else an MLflow run id) into the method; check the config matches."""
+    target = b.plan.sim.resume
+    path = Path(target)
+    if not path.exists() and "/" not in target and not target.endswith(".pt"):
+        path = b.plan.tracker.fetch_checkpoint(target)
+    payload = checkpoint.load(path)
+    saved = flatten(OmegaConf.to_container(OmegaConf.create(payload["config"]), resolve=True))
+    current = flatten(OmegaConf.to_container(cfg, resolve=True))
+    changed = sorted(k for k in set(saved) | set(current)
+                     if not k.startswith(RESUME_MAY_CHANGE) and saved.get(k) != current.get(k))
+    if changed:
+        diffs = ", ".join(f"{k} ({saved.get(k)!r} → {current.get(k)!r})" for k in changed[:6])
+        raise ConfigError("sim.resume", target, f"the config the checkpoint was made with; these differ: {diffs}")
+    b.method.load_state_dict(payload["method"])
+    return payload["runner"], payload["run_id"]
+
+
+def record_failure(cfg: DictConfig, err: Exception, sweep: str | None, job: int | None) -> None:
+    """A run that fails before it starts (bad config, missing data) still leaves a FAILED run
+    with its reason, so a sweep's report lists it. Skipped when tracking is off or broken."""
+    track = cfg.get("track") or {}
+    if "mlflow" not in str(track.get("_target_", "")):
+        return
+    try:
+        tracker = Mlflow(MlflowConfig(uri=track.get("uri"), experiment=track.get("experiment")))
+        choices = {g: str(OmegaConf.select(cfg, f"choices.{g}", default="")) for g in GROUPS}
+        experiment = track.get("experiment") or cfg.get("experiment_name") or choices.get("dataset") or "fedrun"
+        tags = {f"fedrun.{g}": v for g, v in choices.items() if v}
+        if sweep:
+            tags.update({"fedrun.sweep": sweep, "fedrun.job": str(job)})
+        params = flatten(OmegaConf.to_container(cfg, resolve=False))
+        tracker.start(experiment, " · ".join(f"{g}={choices[g]}" for g in ("method", "backbone", "dataset")),
+                      params, tags)
+        tracker.finish("FAILED", f"{type(err).__name__}: {err}")
+    except Exception as tracking_error:  # never hide the user's error behind a tracking one
+        log.warning("could not record the failed run in MLflow: %s", tracking_error)
 
 
 def write_outputs(cfg: DictConfig, label: str, table: str) -> list[Path]:

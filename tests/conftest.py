@@ -41,7 +41,7 @@ def compose_cfg(overrides: list[str]):
 
 
 SMALL = ["dataset=synthetic", "dataset.n_users=60", "dataset.n_items=80", "dataset.mean_length=8",
-         "track=none", "sim.progress=false"]
+         "track=none", "sim.progress=false", "sim.clients_per_round=16"]
 
 
 def make_method(overrides: list[str]):

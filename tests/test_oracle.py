@@ -32,7 +32,7 @@ def check_rounds(overrides, weighting="uniform"):
     1e-8 differences in near-zero gradients into ±lr steps, so trajectories of two exact
     implementations drift apart over rounds by float noise alone.)
     """
-    method, env = make_method(["method=fedavg", "sim.fast_path=off", "sim.buckets=3",
+    method, env = make_method(["method=fedavg", "sim.fast_path=off", "sim.buckets=3", "sim.min_bucket_clients=1",
                                "sim.clients_per_round=16", f"defense.weighting={weighting}", *overrides])
     start = method.public.item.clone()
     for r in range(ROUNDS):
@@ -87,7 +87,8 @@ def test_data_size_weighting_matches_loop():
 @pytest.mark.parametrize("defense", ["mean", "mean_data_size", "sum"])
 def test_fedsgd_fast_path_equals_general_path(backbone, defense):
     extra = ["defense=mean", "defense.weighting=data_size"] if defense == "mean_data_size" else [f"defense={defense}"]
-    common = [f"backbone={backbone}", "method.optimizer.lr=0.5", "sim.clients_per_round=16", "sim.buckets=3", *extra]
+    common = [f"backbone={backbone}", "method.optimizer.lr=0.5", "sim.clients_per_round=16", "sim.buckets=3",
+              "sim.min_bucket_clients=1", *extra]
     fast, _ = make_method(common)
     slow, _ = make_method(common + ["sim.fast_path=off"])
     assert fast.uses_fast_path and not slow.uses_fast_path

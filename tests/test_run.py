@@ -24,7 +24,8 @@ def test_same_config_and_seed_gives_identical_metrics(method):
 
 def test_bucketing_does_not_change_results():
     one = run(["sim.buckets=1", "method.optimizer.name=adam", "method.optimizer.lr=0.05"]).test
-    many = run(["sim.buckets=6", "sim.max_slots=500", "method.optimizer.name=adam", "method.optimizer.lr=0.05"]).test
+    many = run(["sim.buckets=6", "sim.min_bucket_clients=1", "sim.max_slots=500", "method.optimizer.name=adam",
+                "method.optimizer.lr=0.05"]).test
     for name in one:
         assert many[name] == pytest.approx(one[name], abs=1e-6)
 
@@ -46,7 +47,8 @@ def test_mlflow_run_records_config_metrics_and_artifacts():
 
 
 def test_non_finite_loss_fails_the_run_with_its_reason():
-    with pytest.raises(NumericalError, match=r"became (nan|inf|-inf) in round \d"):
+    named = r"(the aggregate \(defense=Mean\)|the client step \(FedAvg\)|training loss).* round \d+"
+    with pytest.raises(NumericalError, match=named):
         run(["track=mlflow", "track.experiment=t2", "method.optimizer.lr=1e30"])
     client = MlflowClient()
     (record,) = client.search_runs([client.get_experiment_by_name("t2").experiment_id])

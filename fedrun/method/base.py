@@ -47,6 +47,13 @@ class Method:
         """users [N], items [N] → predicted scores / ratings [N]."""
         raise NotImplementedError
 
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue training (parameters, optimizer and server state)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
     def describe(self) -> dict[str, Any]:
         """Choices made at run time that belong in the run's params (e.g. which path is used)."""
         return {}

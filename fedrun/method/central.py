@@ -76,6 +76,17 @@ class Central(Method):
             total, batches = total + float(loss.detach()), batches + 1
         return RoundStats(total / max(batches, 1))
 
+    def state_dict(self) -> dict:
+        return {"user": self.user, "item": self.item, "net": self.net, "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        with torch.no_grad():
+            self.user.copy_(state["user"])
+            self.item.copy_(state["item"])
+            for name, tensor in self.net.items():
+                tensor.copy_(state["net"][name])
+        self.optimizer.load_state_dict(state["optimizer"])
+
     @torch.no_grad()
     def score_users(self, users: torch.Tensor) -> torch.Tensor:
         return self.env.backbone.score_full(self.user[users], self.item, self.net)

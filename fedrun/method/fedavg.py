@@ -6,7 +6,7 @@ positive for this round, run ``sim.local_epochs`` full-batch steps of the client
 on (its user row, its copies of the touched item rows, its copy of the shared weights),
 upload the item-row deltas and the shared-weight deltas; the user row never leaves.
 Server: aggregate per item row (``defense``: mean over uploaders by default) and apply
-with the server optimizer.
+with the server optimizer (``OptimizerServer``).
 
 Open points and choices: a local epoch is one full-batch step over the client's data;
 client optimizer state is fresh every round (clients are stateless between rounds);
@@ -25,13 +25,15 @@ from dataclasses import dataclass, field
 
 import torch
 
+from fedrun.backbone.base import PublicParams
 from fedrun.errors import check
 from fedrun.method.federated import FederatedMethod
+from fedrun.method.server import OptimizerServer, Server
 from fedrun.sim.batching import LocalProblem
 from fedrun.sim.local import ClientOptimizer, example_slots, train_local, vectors_loss
 from fedrun.sim.rows import gather_rows
-from fedrun.sim.server_opt import ServerOptimizer, ServerOptimizerConfig
-from fedrun.types import Aggregate, RoundContext, Uploads
+from fedrun.sim.server_opt import ServerOptimizerConfig
+from fedrun.types import Aggregate, Uploads
 
 
 @dataclass
@@ -50,7 +52,6 @@ class FedAvg(FederatedMethod):
     def __init__(self, config: FedAvgConfig, env, **components):
         super().__init__(config, env, **components)
         self.num_negatives = 0 if env.backbone.config.loss == "mse" else config.num_negatives
-        self.server = ServerOptimizer(config.server_optimizer, self.public)
         self.uses_fast_path = (
             env.sim.fast_path == "auto" and env.sim.local_epochs == 1 and config.optimizer.is_plain_sgd
             and not self.privacy.transforms_uploads and not self.attack.injects
@@ -70,8 +71,8 @@ class FedAvg(FederatedMethod):
                           result.net_delta, problem.weight)
         return uploads, result.user, result.loss
 
-    def server_step(self, aggregate: Aggregate, ctx: RoundContext) -> None:
-        self.server.step(aggregate)
+    def make_server(self, public: PublicParams) -> Server:
+        return OptimizerServer(public, self.config.server_optimizer)
 
     def fast_round(self, problems: list[LocalProblem]) -> tuple[Aggregate, torch.Tensor] | None:
         if not self.uses_fast_path:

@@ -1,11 +1,12 @@
-"""The federated round, written once. Methods fill ``client_step`` and ``server_step``.
+"""The federated round, written once. Methods fill ``client_step`` and ``make_server``.
 
 Round t (DESIGN.md, "Data flow of one run"):
   1. sample clients (seeded per epoch) and bucket them by data size;
   2. per bucket, the vectorized client step → Uploads (+ the clients' new private rows,
      written back on the client side);
-  3. privacy.apply → attack.inject → defense.aggregate (per item row);
-  4. method.server_step(Aggregate) — the server sees uploads only.
+  3. privacy.apply → attack.inject → checks (declared fields only, finite values);
+  4. server phase: defense.aggregate(Uploads) → server.step(Aggregate). The server object
+     is built from public parameters only and receives nothing else.
 When exact, steps 2–3 collapse into the FedSGD fast path (one backward, no copies).
 """
 
@@ -20,9 +21,11 @@ from fedrun.backbone.base import PrivateParams, PublicParams
 from fedrun.data.negatives import sample_batch_negatives
 from fedrun.defense.base import Defense
 from fedrun.method.base import Method, RoundStats
+from fedrun.method.server import Server
 from fedrun.privacy.base import Privacy
 from fedrun.sim.batching import LocalProblem, bucketize, local_problem
 from fedrun.sim.env import RunEnv
+from fedrun.sim.guards import check_finite, check_uploads
 from fedrun.sim.sampling import ClientSampler
 from fedrun.sim.seeding import derive_seed, generator
 from fedrun.types import Aggregate, RoundContext, Uploads
@@ -37,15 +40,21 @@ class FederatedMethod(Method):
         self.privacy, self.attack, self.defense = privacy, attack, defense
         private, public = env.backbone.init_params(env.n_users, env.n_items, generator(env.sim.seed, "init"))
         self.private = PrivateParams(private.user.to(env.device))  # client side
-        self.public = PublicParams(public.item.to(env.device), {k: v.to(env.device) for k, v in public.net.items()})
+        self.server = self.make_server(
+            PublicParams(public.item.to(env.device), {k: v.to(env.device) for k, v in public.net.items()}))
         self.sampler = ClientSampler(env.clients_with_data(), env.sim.clients_per_round, env.sim.seed)
 
+    @property
+    def public(self) -> PublicParams:
+        """The public model as the clients download it."""
+        return self.server.public
+
     # -- hooks ---------------------------------------------------------------------------
-    def client_step(self, problem: LocalProblem) -> tuple[Uploads, torch.Tensor, torch.Tensor]:
-        """Vectorized over the bucket's clients → (uploads, new private rows [B, du], loss [B])."""
+    def make_server(self, public: PublicParams) -> Server:
         raise NotImplementedError
 
-    def server_step(self, aggregate: Aggregate, ctx: RoundContext) -> None:
+    def client_step(self, problem: LocalProblem) -> tuple[Uploads, torch.Tensor, torch.Tensor]:
+        """Vectorized over the bucket's clients → (uploads, new private rows [B, du], loss [B])."""
         raise NotImplementedError
 
     def fast_round(self, problems: list[LocalProblem]) -> tuple[Aggregate, torch.Tensor] | None:
@@ -59,10 +68,10 @@ class FederatedMethod(Method):
     def problems(self, users: torch.Tensor, round_index: int) -> list[LocalProblem]:
         env = self.env
         sizes = env.train.sizes(users)
-        slots_per_row = 1 + self.num_negatives
         seed = derive_seed(env.sim.seed, "negatives", round_index)
         out = []
-        for index in bucketize(sizes, env.sim.buckets, env.sim.max_slots, slots_per_row):
+        for index in bucketize(sizes, env.sim.buckets, env.sim.max_slots, 1 + self.num_negatives,
+                               env.sim.min_bucket_clients):
             batch = env.train.client_batch(users[index])
             negatives = None
             if self.num_negatives:
@@ -72,36 +81,58 @@ class FederatedMethod(Method):
         return out
 
     def train_round(self, round_index: int) -> RoundStats:
-        env = self.env
         users = self.sampler.users(round_index)
         ctx = RoundContext(round_index, round_index // self.rounds_per_epoch(), int(users.numel()))
         problems = self.problems(users, round_index)
         fast = self.fast_round(problems)
         if fast is not None:
             aggregate, losses = fast
-            rows = torch.cat([p.item_mask.sum(1) for p in problems]).to(torch.float64)
-            dense_bytes = sum(v.numel() * v.element_size() for v in self.public.net.values())
-            bytes_up = float((rows * (self.public.item.shape[1] * 4 + 4) + dense_bytes).mean())
+            bytes_up = self.upload_bytes(problems)
         else:
-            gen = generator(env.sim.seed, "privacy", round_index, env.device)
-            parts, loss_parts = [], []
-            for problem in problems:
-                uploads, new_user, loss = self.client_step(problem)
-                self.private.user[problem.batch.users] = new_user
-                parts.append(self.privacy.apply(uploads, gen))
-                loss_parts.append(loss)
-            uploads = self.attack.inject(Uploads.concat(parts), ctx)
-            aggregate = self.defense.aggregate(uploads)
-            losses = torch.cat(loss_parts)
+            uploads, losses = self.client_phase(problems, ctx)
             bytes_up = float(uploads.nbytes_per_client()[: ctx.n_clients].mean())
-        self.server_step(aggregate, ctx)
+            aggregate = self.defense.aggregate(uploads)  # server phase: uploads only
+        check_finite(aggregate.item_delta, f"the aggregate (defense={type(self.defense).__name__})", round_index)
+        self.server.step(aggregate, ctx)
         return RoundStats(float(losses.mean()), ctx.n_clients, bytes_up, self.download_bytes(problems))
+
+    def client_phase(self, problems: list[LocalProblem], ctx: RoundContext) -> tuple[Uploads, torch.Tensor]:
+        gen = generator(self.env.sim.seed, "privacy", ctx.round, self.env.device)
+        component = f"the client step ({type(self).__name__})"
+        parts, losses = [], []
+        for problem in problems:
+            uploads, new_user, loss = self.client_step(problem)
+            check_finite(new_user, component, ctx.round)
+            self.private.user[problem.batch.users] = new_user
+            parts.append(self.privacy.apply(uploads, gen))
+            losses.append(loss)
+        uploads = self.attack.inject(Uploads.concat(parts), ctx)
+        check_uploads(uploads, self.public, ctx.round, component)
+        return uploads, torch.cat(losses)
+
+    def upload_bytes(self, problems: list[LocalProblem]) -> float:
+        """Mean bytes a client uploads without privacy transforms: its touched rows (id + vector)
+        and its weight deltas — what ``Uploads.nbytes_per_client`` counts on the general path."""
+        rows = torch.cat([p.item_mask.sum(1) for p in problems]).to(torch.float64)
+        item = self.public.item
+        dense = sum(v.numel() * v.element_size() for v in self.public.net.values())
+        return float((rows * (item.shape[1] * item.element_size() + 4) + dense).mean())
 
     def download_bytes(self, problems: list[LocalProblem]) -> float:
         """Mean bytes a client downloads: the item rows it touches and the shared weights."""
         rows = torch.cat([p.item_mask.sum(1) for p in problems]).to(torch.float64)
+        item = self.public.item
         dense = sum(v.numel() * v.element_size() for v in self.public.net.values())
-        return float((rows * self.public.item.shape[1] * self.public.item.element_size() + dense).mean())
+        return float((rows * item.shape[1] * item.element_size() + dense).mean())
+
+    # -- state (checkpoints) ---------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"private_user": self.private.user, "server": self.server.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        with torch.no_grad():
+            self.private.user.copy_(state["private_user"])
+        self.server.load_state_dict(state["server"])
 
     # -- evaluation (each client scores with its private row and the public model) --------
     @torch.no_grad()

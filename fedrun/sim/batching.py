@@ -15,15 +15,19 @@ import torch
 from fedrun.types import ClientBatch
 
 
-def bucketize(sizes: torch.Tensor, n_buckets: int, max_slots: int, slots_per_row: int) -> list[torch.Tensor]:
+def bucketize(sizes: torch.Tensor, n_buckets: int, max_slots: int, slots_per_row: int,
+              min_clients: int = 1) -> list[torch.Tensor]:
     """Split clients (by their data size) into groups of similar size.
 
-    Returns index tensors into ``sizes``. Clients are sorted by size and cut into
-    ``n_buckets`` groups of equal count; a group whose padded size
-    (clients × longest × ``slots_per_row``) exceeds ``max_slots`` is cut further.
+    Returns index tensors into ``sizes``. Clients are sorted by size and cut into at most
+    ``n_buckets`` groups of equal count, each of at least ``min_clients`` clients (fewer,
+    larger buckets when a round is small: a bucket's cost is mostly fixed overhead); a
+    group whose padded size (clients × longest × ``slots_per_row``) exceeds ``max_slots``
+    is cut further.
     """
     order = torch.argsort(sizes, stable=True)
-    groups = [g for g in torch.tensor_split(order, min(n_buckets, order.numel())) if g.numel()]
+    count = max(1, min(n_buckets, order.numel() // max(min_clients, 1)))
+    groups = [g for g in torch.tensor_split(order, count) if g.numel()]
     out: list[torch.Tensor] = []
     for group in groups:
         longest = int(sizes[group].max())

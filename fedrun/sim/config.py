@@ -19,9 +19,13 @@ class SimConfig:
     eval_every: int = 1  # validate every N epochs (0: only the final test)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     buckets: int = 8  # client buckets by data size per round (padding waste vs. launch count)
+    min_bucket_clients: int = 16  # fewer buckets when a round has few clients
     max_slots: int = 1 << 21  # most padded (client, example) slots trained at once: bounds memory
     fast_path: str = "auto"  # auto: FedSGD fast path when exact | off
     progress: bool = True  # show the progress bar
+    checkpoint_every: int = 100  # rounds between checkpoints (0: only when stopped by a signal)
+    resume: str | None = None  # a checkpoint path or an MLflow run id to continue
+    checkpoint_dir: str | None = None  # where checkpoint.pt goes (default: the run's Hydra output dir)
 
     def __post_init__(self) -> None:
         check(self.epochs >= 1, "epochs", self.epochs, "an integer >= 1")
@@ -30,8 +34,10 @@ class SimConfig:
         check(self.max_rounds is None or self.max_rounds >= 1, "max_rounds", self.max_rounds, "null or an integer >= 1")
         check(self.eval_every >= 0, "eval_every", self.eval_every, "an integer >= 0")
         check(self.buckets >= 1, "buckets", self.buckets, "an integer >= 1")
+        check(self.min_bucket_clients >= 1, "min_bucket_clients", self.min_bucket_clients, "an integer >= 1")
         check(self.max_slots >= 1, "max_slots", self.max_slots, "an integer >= 1")
         check_choice("fast_path", self.fast_path, ("auto", "off"))
+        check(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "an integer >= 0")
         check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), "device",
               self.device, "auto, cpu, cuda or cuda:N")
 

@@ -1,22 +1,34 @@
-"""The run loop: rounds → per-round metrics → periodic validation → final test."""
+"""The run loop: rounds → per-round metrics → periodic validation → checkpoints → final test."""
 
 from __future__ import annotations
 
 import math
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
 
 from tqdm import tqdm
 
 from fedrun.errors import FedrunError
 from fedrun.eval.base import Evaluator
 from fedrun.method.base import Method
+from fedrun.sim.checkpoint import RunnerState
 from fedrun.sim.config import SimConfig
+from fedrun.sim.guards import NumericalError
+from fedrun.sim.signals import graceful_stop
 from fedrun.track.base import Tracker
 
+__all__ = ["Interrupted", "NumericalError", "RunResult", "run_loop", "total_rounds"]
 
-class NumericalError(FedrunError):
-    """Training produced a non-finite value."""
+
+class Interrupted(FedrunError):
+    """The run stopped at a round boundary on a signal, after writing a checkpoint."""
+
+    def __init__(self, signal_name: str, rounds_done: int, checkpoint: Path | None):
+        self.signal_name = signal_name
+        resume = f"; resume with sim.resume={checkpoint}" if checkpoint else ""
+        super().__init__(f"stopped by {signal_name} after round {rounds_done}{resume}")
 
 
 @dataclass
@@ -33,41 +45,60 @@ def total_rounds(method: Method, sim: SimConfig) -> int:
     return rounds if sim.max_rounds is None else min(rounds, sim.max_rounds)
 
 
-def run_loop(method: Method, evaluator: Evaluator, tracker: Tracker, sim: SimConfig, label: str) -> RunResult:
+SaveFn = Callable[[RunnerState], Path]
+
+
+def run_loop(method: Method, evaluator: Evaluator, tracker: Tracker, sim: SimConfig, label: str,
+             state: RunnerState | None = None, save: SaveFn | None = None) -> RunResult:
+    """Rounds ``state.next_round`` … end. ``save(state)`` writes a checkpoint (every
+    ``sim.checkpoint_every`` rounds and when a stop signal arrives)."""
+    state = state or RunnerState()
     per_epoch = method.rounds_per_epoch()
     n_rounds = total_rounds(method, sim)
     has_valid = evaluator.split.valid is not None
-    result = RunResult(test={}, rounds=n_rounds)
-    monitor = evaluator.config.monitor
-    bar = tqdm(total=n_rounds, desc=label, disable=not sim.progress, dynamic_ncols=True, unit="round")
-    for round_index in range(n_rounds):
-        started = time.perf_counter()
-        stats = method.train_round(round_index)
-        result.train_seconds += time.perf_counter() - started
-        if not math.isfinite(stats.loss):
-            raise NumericalError(
-                f"The training loss became {stats.loss} in round {round_index} ({type(method).__name__}). "
-                "Lower the learning rate (method.optimizer.lr) or check the data.")
-        tracker.log_metrics({"train_loss": stats.loss, "bytes_up_per_client": stats.bytes_up,
-                             "bytes_down_per_client": stats.bytes_down, **stats.extra}, step=round_index)
-        epoch_done = (round_index + 1) % per_epoch == 0
-        epoch = (round_index + 1) // per_epoch
-        if has_valid and sim.eval_every and epoch_done and epoch % sim.eval_every == 0:
+    bar = tqdm(total=n_rounds, initial=state.next_round, desc=label, disable=not sim.progress,
+               dynamic_ncols=True, unit="round")
+    with graceful_stop() as stop:
+        while state.next_round < n_rounds:
+            round_index = state.next_round
             started = time.perf_counter()
-            result.valid = evaluator.evaluate(method, "valid")
-            result.eval_seconds += time.perf_counter() - started
-            tracker.log_metrics({f"valid_{k}": v for k, v in result.valid.items()}, step=round_index + 1)
-        postfix = {"epoch": epoch, "loss": f"{stats.loss:.4f}"}
-        shown = monitor if monitor in result.valid else next(iter(result.valid), None)
-        if shown:
-            postfix[shown] = f"{result.valid[shown]:.4f}"
-        bar.set_postfix(postfix, refresh=False)
-        bar.update()
+            stats = method.train_round(round_index)
+            state.train_seconds += time.perf_counter() - started
+            if not math.isfinite(stats.loss):
+                raise NumericalError(
+                    f"The training loss became {stats.loss} in round {round_index} ({type(method).__name__}). "
+                    "Lower the learning rate (method.optimizer.lr) or check the data.")
+            tracker.log_metrics({"train_loss": stats.loss, "bytes_up_per_client": stats.bytes_up,
+                                 "bytes_down_per_client": stats.bytes_down, **stats.extra}, step=round_index)
+            epoch, epoch_done = (round_index + 1) // per_epoch, (round_index + 1) % per_epoch == 0
+            if has_valid and sim.eval_every and epoch_done and epoch % sim.eval_every == 0:
+                started = time.perf_counter()
+                state.valid = evaluator.evaluate(method, "valid")
+                state.eval_seconds += time.perf_counter() - started
+                tracker.log_metrics({f"valid_{k}": v for k, v in state.valid.items()}, step=round_index + 1)
+            state.next_round = round_index + 1
+            _progress(bar, epoch, stats.loss, state.valid, evaluator.config.monitor)
+            if save is not None and (stop.requested or (sim.checkpoint_every and
+                                                        state.next_round % sim.checkpoint_every == 0)):
+                path = save(state)
+                if stop.requested:
+                    raise Interrupted(stop.signal, state.next_round, path)
+            elif stop.requested:
+                raise Interrupted(stop.signal, state.next_round, None)
     bar.close()
     started = time.perf_counter()
-    result.test = evaluator.evaluate(method, "test")
-    result.eval_seconds += time.perf_counter() - started
-    tracker.log_metrics({f"test_{k}": v for k, v in result.test.items()}, step=n_rounds)
-    tracker.log_metrics({"train_seconds": result.train_seconds, "eval_seconds": result.eval_seconds,
-                         "seconds_per_round": result.train_seconds / max(n_rounds, 1)}, step=n_rounds)
-    return result
+    test = evaluator.evaluate(method, "test")
+    state.eval_seconds += time.perf_counter() - started
+    tracker.log_metrics({f"test_{k}": v for k, v in test.items()}, step=n_rounds)
+    tracker.log_metrics({"train_seconds": state.train_seconds, "eval_seconds": state.eval_seconds,
+                         "seconds_per_round": state.train_seconds / max(n_rounds, 1)}, step=n_rounds)
+    return RunResult(test, state.valid, n_rounds, state.train_seconds, state.eval_seconds)
+
+
+def _progress(bar: tqdm, epoch: int, loss: float, valid: dict[str, float], monitor: str) -> None:
+    postfix = {"epoch": epoch, "loss": f"{loss:.4f}"}
+    shown = monitor if monitor in valid else next(iter(valid), None)
+    if shown:
+        postfix[shown] = f"{valid[shown]:.4f}"
+    bar.set_postfix(postfix, refresh=False)
+    bar.update()

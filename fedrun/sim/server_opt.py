@@ -45,3 +45,10 @@ class ServerOptimizer:
         for name, tensor in public.net.items():
             tensor.grad = -aggregate.dense[name]
         self._adam.step()
+
+    def state_dict(self) -> dict:
+        return {} if self._adam is None else self._adam.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        if self._adam is not None:
+            self._adam.load_state_dict(state)

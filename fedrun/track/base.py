@@ -15,10 +15,26 @@ class Tracker:
     def start(self, experiment: str, run_name: str, params: dict[str, Any], tags: dict[str, str]) -> None:
         pass
 
+    def resume(self, run_id: str) -> bool:
+        """Reopen run ``run_id`` to continue it; False if this tracker cannot find it."""
+        return False
+
+    def fetch_checkpoint(self, run_id: str) -> Path:
+        from fedrun.errors import ConfigError
+
+        raise ConfigError("sim.resume", run_id, "a checkpoint path (this tracker cannot look up run ids)")
+
+    @property
+    def run_id(self) -> str | None:
+        return None
+
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         pass
 
     def log_artifact(self, path: Path) -> None:
+        pass
+
+    def log_checkpoint(self, path: Path) -> None:
         pass
 
     def finish(self, status: str, reason: str | None = None) -> None:

@@ -19,6 +19,7 @@ from fedrun.track.base import Tracker
 
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 MAX_PARAMS = 100  # ... and of params
+CHECKPOINT_DIR = "checkpoint"
 
 
 @dataclass
@@ -46,22 +47,64 @@ class Mlflow(Tracker):
         super().__init__(config)
         self.uri = config.uri or default_uri()
         self.client = None
-        self.run_id: str | None = None
+        self._run_id: str | None = None
         self.experiment_id: str | None = None
         self._buffer: list[Any] = []
 
     def start(self, experiment: str, run_name: str, params: dict[str, Any], tags: dict[str, str]) -> None:
         from mlflow.entities import Param
-        from mlflow.tracking import MlflowClient
 
-        self.client = MlflowClient(self.uri)
+        self.client = self._client()
         self.experiment_id = experiment_id(self.client, experiment)
         run = self.client.create_run(self.experiment_id, run_name=run_name,
                                      tags={"mlflow.runName": run_name, **tags})
-        self.run_id = run.info.run_id
+        self._run_id = run.info.run_id
         items = [Param(k, str(v)[:6000]) for k, v in params.items()]
         for start in range(0, len(items), MAX_PARAMS):
-            self.client.log_batch(self.run_id, params=items[start:start + MAX_PARAMS])
+            self.client.log_batch(self._run_id, params=items[start:start + MAX_PARAMS])
+
+    @property
+    def run_id(self) -> str | None:
+        return self._run_id
+
+    def _client(self):
+        from mlflow.tracking import MlflowClient
+
+        if self.client is None:
+            self.client = MlflowClient(self.uri)
+        return self.client
+
+    def resume(self, run_id: str) -> bool:
+        from mlflow.exceptions import MlflowException
+
+        client = self._client()
+        try:
+            run = client.get_run(run_id)
+        except MlflowException:
+            return False
+        client.update_run(run_id, status="RUNNING")
+        client.set_tag(run_id, "fedrun.resumed", "true")
+        self._run_id, self.experiment_id = run_id, run.info.experiment_id
+        return True
+
+    def fetch_checkpoint(self, run_id: str) -> Path:
+        import tempfile
+
+        from mlflow.exceptions import MlflowException
+
+        from fedrun.errors import ConfigError
+
+        try:
+            local = self._client().download_artifacts(run_id, f"{CHECKPOINT_DIR}/checkpoint.pt",
+                                                      tempfile.mkdtemp(prefix="fedrun-resume-"))
+        except (MlflowException, OSError):
+            raise ConfigError("sim.resume", run_id, f"a checkpoint path, or the id of an MLflow run in {self.uri} "
+                              "that logged a checkpoint") from None
+        return Path(local)
+
+    def log_checkpoint(self, path: Path) -> None:
+        if self.client is not None and self._run_id is not None:
+            self.client.log_artifact(self._run_id, str(path), CHECKPOINT_DIR)
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric
@@ -72,28 +115,28 @@ class Mlflow(Tracker):
             self.flush()
 
     def flush(self) -> None:
-        if self.client is None or not self._buffer:
+        if self._run_id is None or not self._buffer:
             return
         for start in range(0, len(self._buffer), MAX_BATCH):
-            self.client.log_batch(self.run_id, metrics=self._buffer[start:start + MAX_BATCH])
+            self.client.log_batch(self._run_id, metrics=self._buffer[start:start + MAX_BATCH])
         self._buffer = []
 
     def log_artifact(self, path: Path) -> None:
-        if self.client is not None:
-            self.client.log_artifact(self.run_id, str(path))
+        if self._run_id is not None:
+            self.client.log_artifact(self._run_id, str(path))
 
     def finish(self, status: str, reason: str | None = None) -> None:
-        if self.client is None:
+        if self._run_id is None:
             return
         self.flush()
         if reason:
-            self.client.set_tag(self.run_id, "fedrun.failure_reason", reason[:5000])
-        self.client.set_terminated(self.run_id, status=status)
+            self.client.set_tag(self._run_id, "fedrun.failure_reason", reason[:5000])
+        self.client.set_terminated(self._run_id, status=status)
 
     def link(self) -> str | None:
-        if self.run_id is None:
+        if self._run_id is None:
             return None
-        return (f"MLflow run {self.run_id}: `mlflow ui --backend-store-uri {self.uri}`, then the runs table at "
+        return (f"MLflow run {self._run_id}: `mlflow ui --backend-store-uri {self.uri}`, then the runs table at "
                 f"http://127.0.0.1:5000/#/experiments/{self.experiment_id}/runs")
 
 

@@ -11,7 +11,8 @@ from mlflow.tracking import MlflowClient
 
 FEDRUN = shutil.which("fedrun") or str(Path(sys.executable).parent / "fedrun")
 REPORT = shutil.which("fedrun-report") or str(Path(sys.executable).parent / "fedrun-report")
-QUICK = ["dataset=synthetic", "dataset.n_users=80", "dataset.n_items=100", "sim.epochs=1", "sim.progress=false"]
+QUICK = ["dataset=synthetic", "dataset.n_users=80", "dataset.n_items=100", "sim.epochs=1", "sim.progress=false",
+         "sim.clients_per_round=32"]
 
 
 def fedrun(*args):

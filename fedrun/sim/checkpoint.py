@@ -1,0 +1,55 @@
+"""Checkpoints: the whole simulation state, written atomically.
+
+Every random stream is derived from (seed, stream, step) — the init, each epoch's client
+permutation, each round's negatives and noise — so the round counter *is* the RNG state:
+a resumed run redraws exactly what the uninterrupted run would have drawn.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedrun.errors import DataError
+
+VERSION = 1
+
+
+@dataclass
+class RunnerState:
+    """What the run loop needs to continue: rounds done, last validation, wall times."""
+
+    next_round: int = 0
+    valid: dict[str, float] = field(default_factory=dict)
+    train_seconds: float = 0.0
+    eval_seconds: float = 0.0
+
+
+def save(path: Path, method_state: dict[str, Any], runner: RunnerState, config_yaml: str, run_id: str | None) -> None:
+    """Write to a temporary file in the same folder, fsync, then rename over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"version": VERSION, "method": method_state, "runner": runner.__dict__, "config": config_yaml,
+               "run_id": run_id}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as handle:
+        torch.save(payload, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def load(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        raise DataError(f"Checkpoint {path} does not exist (sim.resume takes a checkpoint path or an MLflow run id).")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises many types for a truncated or foreign file
+        raise DataError(f"Checkpoint {path} cannot be read ({type(err).__name__}: {err}).") from None
+    if not isinstance(payload, dict) or payload.get("version") != VERSION:
+        raise DataError(f"{path} is not a fedrun checkpoint of version {VERSION}.")
+    payload["runner"] = RunnerState(**payload["runner"])
+    return payload

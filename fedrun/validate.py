@@ -1,0 +1,61 @@
+"""Cross-field checks that need the loaded data: run after loading, before any training.
+
+Single-field checks live in each option's Config; these compare fields with each other
+and with the data (clients per round vs. clients, rating losses vs. rating data, ...).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from fedrun.backbone.base import Backbone
+from fedrun.data.splits import Split
+from fedrun.errors import ConfigError, DataError, check
+from fedrun.sim.config import SimConfig
+
+BYTES_PER_SLOT_FACTOR = 8  # a padded slot's item copy, its gradient, two Adam moments, scores, slack
+
+
+def check_run(dataset: str, split: Split, backbone: Backbone, sim: SimConfig, method_config: Any,
+              eval_kind: str) -> None:
+    _check_parts(dataset, split)
+    n_clients = int((split.train.user_counts() > 0).sum())
+    check(sim.clients_per_round <= n_clients, "sim.clients_per_round", sim.clients_per_round,
+          f"at most the {n_clients} clients with training data in {dataset}")
+    has_ratings = split.train.rating is not None
+    if backbone.config.loss == "mse" and not has_ratings:
+        raise ConfigError("backbone.loss", "mse", f"a ranking loss (bpr, bce): {dataset} has no ratings")
+    if eval_kind == "rating" and not has_ratings:
+        raise ConfigError("eval.kind", "rating", f"ranking or auto: {dataset} has no ratings")
+    negatives = getattr(method_config, "num_negatives", None)
+    if negatives == 0 and backbone.config.loss == "bpr":
+        raise ConfigError("method.num_negatives", 0, "an integer >= 1 with backbone.loss=bpr (it ranks each "
+                                                     "positive above sampled negatives)")
+    negatives = negatives or 0
+    largest = int(split.train.user_counts().max())
+    check(negatives < split.n_items, "method.num_negatives", negatives,
+          f"fewer than the catalogue's {split.n_items} items")
+    if negatives and largest >= split.n_items:
+        raise DataError(f"A client of {dataset} has every item as a positive ({largest} rows, {split.n_items} "
+                        "items): no negatives can be drawn for it. Filter it out (dataset.min_user_count / dedup).")
+    _check_memory(sim, backbone)
+
+
+def _check_parts(dataset: str, split: Split) -> None:
+    for name in ("train", "test"):
+        if len(getattr(split, name)) == 0:
+            raise DataError(f"The {name} part of {dataset} is empty after filtering and the "
+                            f"'{split.protocol}' split: relax dataset.min_user_count / min_item_count or pick "
+                            "another dataset.split.protocol.")
+
+
+def _check_memory(sim: SimConfig, backbone: Backbone) -> None:
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return
+    need = sim.max_slots * max(backbone.item_width, 1) * 4 * BYTES_PER_SLOT_FACTOR
+    check(need < physical, "sim.max_slots", sim.max_slots,
+          f"a bucket budget whose working set (~{need / 2**30:.1f} GiB) fits in this machine's "
+          f"{physical / 2**30:.1f} GiB")

@@ -1,0 +1,89 @@
+"""A real fedrun process killed mid-run (SIGKILL) or stopped (SIGTERM) and resumed ends with
+exactly the metrics of an uninterrupted run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.integration.test_cli import FEDRUN
+
+LONG = ["dataset=synthetic", "dataset.n_users=600", "dataset.n_items=300", "dataset.mean_length=10",
+        "sim.clients_per_round=8", "sim.epochs=2", "sim.eval_every=1", "sim.progress=false",
+        "sim.checkpoint_every=10", "method.optimizer.name=adam", "method.optimizer.lr=0.01"]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One MLflow store for the module (the baseline is shared by its tests)."""
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+
+
+def env_for(store):
+    return {**os.environ, "MLFLOW_TRACKING_URI": store}
+
+
+def final_metrics(store: str, experiment: str) -> tuple[dict[str, float], list]:
+    client = MlflowClient(store)
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    (record,) = runs
+    return {k: v for k, v in record.data.metrics.items() if k.startswith("test_")}, runs
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory, store):
+    out = subprocess.run([FEDRUN, *LONG, "track.experiment=baseline",
+                          f"hydra.run.dir={tmp_path_factory.mktemp('base')}"],
+                         capture_output=True, text=True, timeout=600, env=env_for(store))
+    assert out.returncode == 0, out.stderr
+    metrics, _ = final_metrics(store, "baseline")
+    assert metrics
+    return metrics
+
+
+def start_and_stop(store, tmp_path, experiment, how):
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen([FEDRUN, *LONG, f"track.experiment={experiment}", f"hydra.run.dir={run_dir}"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_for(store))
+    checkpoint = run_dir / "checkpoint.pt"
+    deadline = time.time() + 120
+    while not checkpoint.exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    assert process.poll() is None, "the run ended before it could be interrupted"
+    process.send_signal(how)
+    _, stderr = process.communicate(timeout=120)
+    return process.returncode, stderr, checkpoint
+
+
+def resume(store, tmp_path, experiment, checkpoint):
+    out = subprocess.run([FEDRUN, *LONG, f"track.experiment={experiment}", f"sim.resume={checkpoint}",
+                          f"hydra.run.dir={tmp_path / 'resumed'}"], capture_output=True, text=True, timeout=600,
+                         env=env_for(store))
+    assert out.returncode == 0, out.stderr
+
+
+def test_sigkill_mid_run_then_resume_matches_uninterrupted(baseline, store, tmp_path):
+    code, _, checkpoint = start_and_stop(store, tmp_path, "killed", signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    resume(store, tmp_path, "killed", checkpoint)
+    metrics, runs = final_metrics(store, "killed")
+    assert metrics == baseline
+    assert runs[0].info.status == "FINISHED"
+
+
+def test_sigterm_stops_at_round_boundary_marks_killed_and_resumes(baseline, store, tmp_path):
+    code, stderr, checkpoint = start_and_stop(store, tmp_path, "stopped", signal.SIGTERM)
+    assert code == 143
+    assert "SIGTERM received: stopping after this round" in stderr and "Traceback" not in stderr
+    _, runs = final_metrics(store, "stopped")
+    assert runs[0].info.status == "KILLED"
+    reason = runs[0].data.tags["fedrun.failure_reason"]
+    assert reason.startswith("stopped by SIGTERM after round") and "sim.resume=" in reason
+    resume(store, tmp_path, "stopped", checkpoint)
+    metrics, runs = final_metrics(store, "stopped")
+    assert metrics == baseline and runs[0].info.status == "FINISHED"

@@ -1,0 +1,78 @@
+"""Checkpoint → resume gives exactly the uninterrupted run (in process; the kill tests are in integration/)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from fedrun import experiment
+from fedrun.errors import ConfigError, DataError
+from fedrun.sim import checkpoint
+from tests.conftest import SMALL, compose_cfg
+
+CASES = {
+    "fedavg-mf-adam-server": ["method=fedavg", "method.server_optimizer.name=adam", "method.server_optimizer.lr=0.05"],
+    "fedavg-ncf-local-adam": ["method=fedavg", "backbone=ncf", "method.optimizer.name=adam",
+                              "method.optimizer.lr=0.01", "sim.local_epochs=2"],
+    "central-ncf": ["method=central", "backbone=ncf"],
+}
+
+
+def run(overrides):
+    return experiment.run(compose_cfg(SMALL + ["sim.epochs=3", "track=mlflow", *overrides]))
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_resume_from_checkpoint_equals_uninterrupted_run(case, tmp_path):
+    overrides = CASES[case]
+    full = run(overrides + ["track.experiment=full"])
+    stop_at = 5 if case != "central-ncf" else 1
+    run(overrides + ["track.experiment=parts", f"sim.max_rounds={stop_at}", f"sim.checkpoint_every={stop_at}",
+                     f"sim.checkpoint_dir={tmp_path}"])
+    saved = checkpoint.load(tmp_path / "checkpoint.pt")
+    assert saved["runner"].next_round == stop_at
+    resumed = run(overrides + ["track.experiment=parts", f"sim.resume={tmp_path / 'checkpoint.pt'}",
+                               f"sim.checkpoint_dir={tmp_path / 'again'}"])
+    assert resumed.test == full.test
+    assert resumed.valid == full.valid
+    client = MlflowClient()
+    (record,) = client.search_runs([client.get_experiment_by_name("parts").experiment_id])  # one run, continued
+    assert record.info.status == "FINISHED" and record.data.tags.get("fedrun.resumed") == "true"
+
+
+def test_resume_by_mlflow_run_id(tmp_path):
+    run(["track.experiment=byid", "sim.max_rounds=4", "sim.checkpoint_every=2", f"sim.checkpoint_dir={tmp_path}"])
+    client = MlflowClient()
+    (record,) = client.search_runs([client.get_experiment_by_name("byid").experiment_id])
+    assert [a.path for a in client.list_artifacts(record.info.run_id, "checkpoint")] == ["checkpoint/checkpoint.pt"]
+    resumed = run(["track.experiment=byid", f"sim.resume={record.info.run_id}", "sim.max_rounds=6"])
+    assert resumed.rounds == 6
+
+
+def test_resume_refuses_a_different_config(tmp_path):
+    run(["sim.max_rounds=2", "sim.checkpoint_every=2", f"sim.checkpoint_dir={tmp_path}"])
+    with pytest.raises(ConfigError, match=r"sim.resume=.*these differ: method.optimizer.lr \(10.0 → 0.5\)"):
+        run(["method.optimizer.lr=0.5", f"sim.resume={tmp_path / 'checkpoint.pt'}"])
+
+
+def test_corrupt_or_missing_checkpoint_is_a_clean_error(tmp_path):
+    bad = tmp_path / "broken.pt"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(DataError, match="cannot be read"):
+        run([f"sim.resume={bad}"])
+    with pytest.raises(DataError, match="does not exist"):
+        run([f"sim.resume={tmp_path / 'nope.pt'}"])
+
+
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
+    path = tmp_path / "checkpoint.pt"
+    checkpoint.save(path, {"x": torch.ones(2)}, checkpoint.RunnerState(3), "a: 1", None)
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(OSError):
+        checkpoint.save(path, {"x": torch.zeros(2)}, checkpoint.RunnerState(9), "a: 1", None)
+    assert checkpoint.load(path)["runner"].next_round == 3  # the old checkpoint is intact

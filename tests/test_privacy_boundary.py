@@ -1,0 +1,119 @@
+"""The server side receives uploads only: it holds no reference to client data, any access to
+client data during the server phase raises, and uploads carry only their declared fields."""
+
+from __future__ import annotations
+
+import gc
+import types
+
+import pytest
+import torch
+
+from fedrun.sim.guards import UploadError
+from fedrun.types import Uploads
+from tests.conftest import make_method
+
+
+class PrivacyViolation(AssertionError):
+    pass
+
+
+class Poison:
+    """Stands in for client-side data while the server phase runs: any use raises."""
+
+    def __init__(self, name: str):
+        object.__setattr__(self, "_name", name)
+
+    def __getattr__(self, attr):
+        raise PrivacyViolation(f"server phase touched {self._name}.{attr}")
+
+    def __getitem__(self, key):
+        raise PrivacyViolation(f"server phase indexed {self._name}")
+
+
+def reachable(root, limit=20000):
+    """Objects reachable from ``root`` through attributes and containers (not modules or classes)."""
+    seen, todo, out = set(), [root], []
+    while todo and len(out) < limit:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType)):
+            continue
+        seen.add(id(obj))
+        out.append(obj)
+        todo.extend(gc.get_referents(obj))
+    return out
+
+
+@pytest.mark.parametrize("overrides", [[], ["backbone=ncf", "sim.fast_path=off"]], ids=["fast-path", "general"])
+def test_server_holds_no_reference_to_client_data(overrides):
+    method, env = make_method(overrides)
+    method.train_round(0)
+    client_side = [env.train, env.train.items, env.train.indptr, method.private, method.private.user, env.split,
+                   env.split.train]
+    server_side = reachable(method.server) + reachable(method.defense)
+    leaked = [c for c in client_side if any(c is obj for obj in server_side)]
+    assert not leaked
+    private_storage = method.private.user.untyped_storage().data_ptr()
+    tensors = [t for t in server_side if isinstance(t, torch.Tensor)]
+    assert tensors and all(t.untyped_storage().data_ptr() != private_storage for t in tensors)
+
+
+@pytest.mark.parametrize("overrides", [[], ["sim.fast_path=off"], ["defense=sum", "sim.fast_path=off"]],
+                         ids=["fast-path", "general", "sum"])
+def test_server_phase_never_touches_client_data(overrides):
+    method, env = make_method(overrides)
+    calls = []
+
+    def poisoned(fn, name):
+        def wrapper(*args, **kwargs):
+            calls.append(name)
+            saved = (env.train, method.private)
+            env.train, method.private = Poison("ClientStore"), Poison("PrivateParams")
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                env.train, method.private = saved
+        return wrapper
+
+    method.defense.aggregate = poisoned(method.defense.aggregate, "aggregate")
+    method.server.step = poisoned(method.server.step, "server.step")
+    for r in range(3):
+        method.train_round(r)
+    assert "server.step" in calls
+
+
+def test_poison_catches_a_leaky_server():
+    """Negative control: a server step that reads client data is caught by the poison."""
+    method, env = make_method(["sim.fast_path=off"])
+    original = method.server.step
+
+    def leaky_step(aggregate, ctx):
+        _ = env.train.items  # what a buggy server might do
+        return original(aggregate, ctx)
+
+    def wrapper(*args):
+        saved = env.train
+        env.train = Poison("ClientStore")
+        try:
+            return leaky_step(*args)
+        finally:
+            env.train = saved
+
+    method.server.step = wrapper
+    with pytest.raises(PrivacyViolation, match="ClientStore.items"):
+        method.train_round(0)
+
+
+def test_uploads_with_undeclared_fields_are_refused():
+    method, _ = make_method(["sim.fast_path=off"])
+    honest = method.client_step
+
+    def leaky_client_step(problem):
+        uploads, user, loss = honest(problem)
+        dense = {**uploads.dense, "user_embedding": user}  # a private row smuggled into the upload
+        return Uploads(uploads.n_clients, uploads.row_client, uploads.row_item, uploads.row_delta, dense,
+                       uploads.weight), user, loss
+
+    method.client_step = leaky_client_step
+    with pytest.raises(UploadError, match=r"undeclared fields \['user_embedding'\]"):
+        method.train_round(0)
