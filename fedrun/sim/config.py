@@ -23,6 +23,7 @@ class SimConfig:
     max_slots: int = 1 << 21  # most padded (client, example) slots trained at once: bounds memory
     fast_path: str = "auto"  # auto: FedSGD fast path when exact | off
     progress: bool = True  # show the progress bar
+    threads: int | None = None  # torch CPU threads (null: all cores; cores / n_jobs under a parallel launcher)
     checkpoint_every: int = 100  # rounds between checkpoints (0: only when stopped by a signal)
     resume: str | None = None  # a checkpoint path or an MLflow run id to continue
     checkpoint_dir: str | None = None  # where checkpoint.pt goes (default: the run's Hydra output dir)
@@ -37,6 +38,7 @@ class SimConfig:
         check(self.min_bucket_clients >= 1, "min_bucket_clients", self.min_bucket_clients, "an integer >= 1")
         check(self.max_slots >= 1, "max_slots", self.max_slots, "an integer >= 1")
         check_choice("fast_path", self.fast_path, ("auto", "off"))
+        check(self.threads is None or self.threads >= 1, "threads", self.threads, "null or an integer >= 1")
         check(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "an integer >= 0")
         check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), "device",
               self.device, "auto, cpu, cuda or cuda:N")

@@ -56,4 +56,15 @@ def test_failed_job_in_a_sweep_does_not_stop_the_others():
     assert "sim.max_rounds=0 is not allowed" in result.stderr
     client = MlflowClient()
     runs = client.search_runs([client.get_experiment_by_name("sweep2").experiment_id])
-    assert [r.info.status for r in runs] == ["FINISHED"]
+    assert sorted(r.info.status for r in runs) == ["FAILED", "FINISHED"]
+    (failed,) = [r for r in runs if r.info.status == "FAILED"]
+    assert "sim.max_rounds=0 is not allowed" in failed.data.tags["fedrun.failure_reason"]
+
+
+def test_parallel_joblib_jobs_share_one_sqlite_store():
+    result = fedrun("-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=3", *QUICK, "method=pop,fedavg",
+                    "sim.seed=1,2,3", "track.experiment=parallel")
+    assert result.returncode == 0, result.stderr
+    client = MlflowClient()
+    runs = client.search_runs([client.get_experiment_by_name("parallel").experiment_id])
+    assert len(runs) == 6 and {r.info.status for r in runs} == {"FINISHED"}
