@@ -68,3 +68,19 @@ def test_report_aggregates_seeds_and_lists_failed_runs(tmp_path):
     assert len(rows) == 2 and all("| 2 " in row and "±" in row for row in rows)
     assert "Runs that did not finish (1)" in text and "NumericalError" in text
     assert (tmp_path / "reports" / "t3" / "report.csv").exists()
+
+
+def test_report_groups_by_options_and_swept_values_only():
+    import pandas as pd
+
+    from fedrun.report.cli import group_columns
+
+    frame = pd.DataFrame({
+        "param:choices.method": ["fedavg", "fedavg", "central", "central"],
+        "param:choices.backbone": ["mf"] * 4, "param:choices.dataset": ["ml-1m"] * 4,
+        "param:method._target_": ["F", "F", "C", "C"],  # implied by the method option
+        "param:method.optimizer.lr": ["10", "30", "0.001", "0.001"],  # swept within fedavg
+        "param:sim.seed": ["1", "2", "1", "2"],
+    })
+    assert group_columns(frame) == ["param:choices.method", "param:choices.backbone", "param:choices.dataset",
+                                    "param:method.optimizer.lr"]

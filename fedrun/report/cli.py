@@ -34,11 +34,16 @@ def collect(client, exp_id: str) -> pd.DataFrame:
 
 
 def group_columns(frame: pd.DataFrame) -> list[str]:
-    fixed = [f"param:choices.{g}" for g in ("method", "backbone", "dataset")]
-    varying = [c for c in frame.columns if c.startswith("param:") and c not in fixed
-               and c[len("param:"):] not in SEED_PARAMS and not c.startswith("param:choices.")
-               and frame[c].astype(str).nunique() > 1]
-    return [c for c in fixed if c in frame.columns] + varying
+    """The chosen options, plus every other parameter that varies — except seeds, and except
+    parameters the chosen options already determine (an option's own defaults)."""
+    choices = [c for c in frame.columns if c.startswith("param:choices.") and frame[c].astype(str).nunique() > 1]
+    fixed = [c for c in (f"param:choices.{g}" for g in ("method", "backbone", "dataset")) if c in frame.columns]
+    keys = list(dict.fromkeys(fixed + choices))
+    text = frame.astype(str)
+    varying = [c for c in frame.columns if c.startswith("param:") and c not in keys
+               and c[len("param:"):] not in SEED_PARAMS and text[c].nunique() > 1
+               and (text.groupby(keys)[c].nunique() > 1).any()]
+    return keys + varying
 
 
 def summarize(frame: pd.DataFrame, metrics: list[str]) -> tuple[list[str], list[list[str]]]:
