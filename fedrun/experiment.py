@@ -133,7 +133,7 @@ def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) ->
         raise
     tracker, sim = b.plan.tracker, b.plan.sim
     state, resumed_run = resume_state(b, cfg) if sim.resume else (None, None)
-    experiment = cfg.track.get("experiment") or cfg.get("experiment_name") or b.plan.dataset.name
+    experiment = experiment_name(getattr(tracker.config, "experiment", None), cfg, b.plan.dataset.name)
     if not (resumed_run and tracker.resume(resumed_run)):
         tracker.start(experiment, b.label.replace(" ", " · "), *run_record(b, sweep, job))
     checkpoint_path = Path(sim.checkpoint_dir or job_dir()) / "checkpoint.pt"
@@ -191,9 +191,10 @@ def record_failure(cfg: DictConfig, err: Exception, sweep: str | None, job: int 
     if "mlflow" not in str(track.get("_target_", "")):
         return
     try:
-        tracker = Mlflow(MlflowConfig(uri=track.get("uri"), experiment=track.get("experiment")))
+        uri = track.get("uri")
+        tracker = Mlflow(MlflowConfig(uri=None if uri is None else str(uri)))
         choices = {g: str(OmegaConf.select(cfg, f"choices.{g}", default="")) for g in GROUPS}
-        experiment = track.get("experiment") or cfg.get("experiment_name") or choices.get("dataset") or "fedrun"
+        experiment = experiment_name(track.get("experiment"), cfg, choices.get("dataset") or "fedrun")
         tags = {f"fedrun.{g}": v for g, v in choices.items() if v}
         if sweep:
             tags.update({"fedrun.sweep": sweep, "fedrun.job": str(job)})
@@ -212,6 +213,15 @@ def write_outputs(cfg: DictConfig, label: str, table: str) -> list[Path]:
     (out / "last_run.md").write_text(f"# {label}\n\n{table}\n")
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     return [out / "last_run.md", out / "config.yaml"]
+
+
+def experiment_name(configured: Any, cfg: DictConfig, dataset: str) -> str:
+    """track.experiment, else the preset's experiment_name, else the dataset's name — always a
+    string (``track.experiment=2024`` or ``=nan`` arrive from the command line as numbers)."""
+    for name in (configured, cfg.get("experiment_name")):
+        if name is not None and str(name) != "":
+            return str(name)
+    return dataset
 
 
 def job_dir() -> Path:

@@ -84,3 +84,9 @@ def test_report_groups_by_options_and_swept_values_only():
     })
     assert group_columns(frame) == ["param:choices.method", "param:choices.backbone", "param:choices.dataset",
                                     "param:method.optimizer.lr"]
+
+
+@pytest.mark.parametrize("name", ["nan", "2024"])
+def test_numeric_looking_experiment_names_stay_names(name):
+    run(["track=mlflow", f"track.experiment={name}", "sim.max_rounds=1"])
+    assert MlflowClient().get_experiment_by_name(name) is not None

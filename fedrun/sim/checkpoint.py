@@ -48,7 +48,8 @@ def load(path: Path) -> dict[str, Any]:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many types for a truncated or foreign file
-        raise DataError(f"Checkpoint {path} cannot be read ({type(err).__name__}: {err}).") from None
+        raise DataError(f"Checkpoint {path} cannot be read: it is truncated or not a fedrun checkpoint "
+                        f"({type(err).__name__}).") from None
     if not isinstance(payload, dict) or payload.get("version") != VERSION:
         raise DataError(f"{path} is not a fedrun checkpoint of version {VERSION}.")
     payload["runner"] = RunnerState(**payload["runner"])

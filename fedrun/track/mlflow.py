@@ -8,6 +8,7 @@ KILLED with the reason in the ``fedrun.failure_reason`` tag.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ class Mlflow(Tracker):
 
     def __init__(self, config: MlflowConfig):
         super().__init__(config)
+        logging.getLogger("mlflow").setLevel(logging.WARNING)  # no store-migration chatter in the run output
         self.uri = config.uri or default_uri()
         self.client = None
         self._run_id: str | None = None
