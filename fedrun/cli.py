@@ -6,6 +6,7 @@ status 2; in a multirun the failed job is recorded and the sweep goes on.
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -37,8 +38,13 @@ def _app(cfg: DictConfig) -> float | None:
     try:
         result = experiment.run(cfg, sweep=sweep, job=hydra_cfg.job.num if multirun else None)
     except Interrupted as err:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # stopped cleanly: a further Ctrl-C must not cut the exit
         print(f"\nfedrun: {err}", file=sys.stderr)
         sys.exit(130 if err.signal_name == "SIGINT" else 143)  # a stopped sweep stops every job
+    except KeyboardInterrupt:
+        print("\nfedrun: aborted by a second interrupt; the run is marked KILLED (the last periodic "
+              "checkpoint, if any, can be resumed).", file=sys.stderr)
+        sys.exit(130)
     except FedrunError as err:
         print(f"\nfedrun: error: {err}", file=sys.stderr)
         if multirun:

@@ -90,3 +90,9 @@ def test_report_groups_by_options_and_swept_values_only():
 def test_numeric_looking_experiment_names_stay_names(name):
     run(["track=mlflow", f"track.experiment={name}", "sim.max_rounds=1"])
     assert MlflowClient().get_experiment_by_name(name) is not None
+
+
+def test_evaluation_chunk_size_does_not_change_metrics():
+    small = run(["eval.memory_mb=1", "sim.max_rounds=3"])
+    large = run(["eval.memory_mb=512", "sim.max_rounds=3"])
+    assert small.test == large.test and small.valid == large.valid

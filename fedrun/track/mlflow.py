@@ -46,7 +46,6 @@ class Mlflow(Tracker):
 
     def __init__(self, config: MlflowConfig):
         super().__init__(config)
-        logging.getLogger("mlflow").setLevel(logging.WARNING)  # no store-migration chatter in the run output
         self.uri = config.uri or default_uri()
         self.client = None
         self._run_id: str | None = None
@@ -73,6 +72,7 @@ class Mlflow(Tracker):
         from mlflow.tracking import MlflowClient
 
         if self.client is None:
+            logging.getLogger("mlflow").setLevel(logging.WARNING)  # after mlflow's import-time setup: no chatter
             self.client = MlflowClient(self.uri)
         return self.client
 

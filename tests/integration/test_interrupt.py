@@ -87,3 +87,20 @@ def test_sigterm_stops_at_round_boundary_marks_killed_and_resumes(baseline, stor
     resume(store, tmp_path, "stopped", checkpoint)
     metrics, runs = final_metrics(store, "stopped")
     assert metrics == baseline and runs[0].info.status == "FINISHED"
+
+
+def test_second_interrupt_aborts_at_once_without_traceback(store, tmp_path):
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen([FEDRUN, *LONG, "track.experiment=aborted", f"hydra.run.dir={run_dir}"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_for(store))
+    deadline = time.time() + 120
+    while not (run_dir / "checkpoint.pt").exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    _, runs = final_metrics(store, "aborted")
+    assert runs[0].info.status == "KILLED"
