@@ -57,6 +57,15 @@ class ClientStore:
         ratings = None if self.ratings is None else torch.where(mask, self.ratings[index], 0.0)
         return items, mask, ratings
 
+    def flat(self, users: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The clients' rows without padding: owner [N] (index into ``users``), position [N]
+        (within its client, in store order), items [N], ratings [N] or None."""
+        sizes = self.sizes(users)  # [B]
+        owner = torch.repeat_interleave(torch.arange(users.numel(), device=users.device), sizes)  # [N]
+        position = torch.arange(owner.numel(), device=users.device) - (sizes.cumsum(0) - sizes)[owner]
+        index = self.indptr[users][owner] + position
+        return owner, position, self.items[index], None if self.ratings is None else self.ratings[index]
+
     def client_batch(self, users: torch.Tensor) -> "ClientBatch":
         items, mask, ratings = self.gather(users)
         return ClientBatch(users, items, mask, ratings)

@@ -63,3 +63,14 @@ def sample_batch_negatives(users: torch.Tensor, pos: torch.Tensor, pos_mask: tor
     owner = torch.arange(B, device=pos.device).repeat_interleave(P * n_neg)
     position = torch.arange(P * n_neg, device=pos.device).repeat(B)
     return _rejection(seed, users[owner], position, owner, keys, stride, n_items).view(B, P, n_neg)
+
+
+def sample_flat_negatives(users: torch.Tensor, owner: torch.Tensor, position: torch.Tensor, items: torch.Tensor,
+                          n_neg: int, n_items: int, seed: int) -> torch.Tensor:
+    """Unpadded twin of ``sample_batch_negatives``: rows (owner [N] into ``users``, position [N],
+    item [N]) → [N, n_neg] non-positives of each row's client. Same keys, so the same draws."""
+    stride = n_items + 1
+    keys = torch.sort(owner * stride + items).values  # the clients' positives
+    row_owner = owner.repeat_interleave(n_neg)
+    slot = (position.unsqueeze(1) * n_neg + torch.arange(n_neg, device=owner.device)).reshape(-1)
+    return _rejection(seed, users[row_owner], slot, row_owner, keys, stride, n_items).view(-1, n_neg)

@@ -26,12 +26,15 @@ from dataclasses import dataclass, field
 import torch
 
 from fedrun.backbone.base import PublicParams
+from fedrun.backbone.losses import per_client_loss
+from fedrun.data.negatives import sample_flat_negatives
 from fedrun.errors import check
-from fedrun.method.federated import FederatedMethod
+from fedrun.method.federated import FastRound, FederatedMethod
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.sim.batching import LocalProblem
-from fedrun.sim.local import ClientOptimizer, example_slots, train_local, vectors_loss
+from fedrun.sim.local import ClientOptimizer, train_local
 from fedrun.sim.rows import gather_rows
+from fedrun.sim.seeding import derive_seed
 from fedrun.sim.server_opt import ServerOptimizerConfig
 from fedrun.types import Aggregate, Uploads
 
@@ -74,31 +77,47 @@ class FedAvg(FederatedMethod):
     def make_server(self, public: PublicParams) -> Server:
         return OptimizerServer(public, self.config.server_optimizer)
 
-    def fast_round(self, problems: list[LocalProblem]) -> tuple[Aggregate, torch.Tensor] | None:
+    def fast_round(self, users: torch.Tensor, round_index: int) -> FastRound | None:
+        """FedSGD in one pass over the round's examples, unpadded: Σ_c w_c·mean_c(ℓ) is the sum
+        over examples of (w_c / |D_c|)·ℓ_e, so examples are processed in chunks of at most
+        ``sim.max_slots`` scored items with gradients accumulating on the shared rows."""
         if not self.uses_fast_path:
             return None
-        lr = self.config.optimizer.lr
-        rows = torch.unique(torch.cat([p.items[p.item_mask] for p in problems]))  # [G] items touched this round
+        env, n_neg, lr = self.env, self.num_negatives, self.config.optimizer.lr
+        owner, position, items, ratings = env.train.flat(users)  # [N] each
+        sizes = env.train.sizes(users).to(torch.float32)  # [B]
+        candidates = items.unsqueeze(1)  # [N, 1 + n]: the positive, then its negatives
+        if n_neg:
+            seed = derive_seed(env.sim.seed, "negatives", round_index)
+            negatives = sample_flat_negatives(users, owner, position, items, n_neg, env.n_items, seed)
+            candidates = torch.cat([candidates, negatives], 1)
+        pairs, pair_of = torch.unique(owner.unsqueeze(1) * env.n_items + candidates, return_inverse=True)
+        pair_owner = pairs // env.n_items  # [Q] distinct (client, item) pairs
+        rows, row_of_pair = torch.unique(pairs % env.n_items, return_inverse=True)  # [G] items touched
+        weight = self.defense.linear_weights(sizes)  # [B]
+        if self.defense.normalized:
+            row_weight = torch.zeros(rows.numel(), device=rows.device).index_add_(0, row_of_pair, weight[pair_owner])
+            total_weight = weight.sum()
+        else:
+            row_weight, total_weight = torch.ones(rows.numel(), device=rows.device), 1.0
         item_leaf = self.public.item[rows].requires_grad_(True)  # [G, di]
+        user_leaf = self.private.user[users].requires_grad_(True)  # [B, du]
         net_leaf = {k: v.detach().clone().requires_grad_(True) for k, v in self.public.net.items()}
-        row_weight = torch.zeros(rows.numel(), device=rows.device)  # W_i = Σ_{c ∋ i} w_c
-        total_weight, losses = 0.0, []
-        for problem in problems:
-            users = problem.batch.users
-            weight = self.defense.linear_weights(problem.weight)  # [B]
-            user_leaf = self.private.user[users].requires_grad_(True)
-            local = torch.searchsorted(rows, problem.items)  # [B, Lu] positions in `rows`
-            vectors = gather_rows(item_leaf, local.gather(1, example_slots(problem)))  # [B, S, di]
-            loss = vectors_loss(self.env.backbone, problem, user_leaf, vectors, net_leaf)  # [B]
-            (loss * weight).sum().backward()
-            with torch.no_grad():
-                self.private.user[users] = user_leaf - lr * user_leaf.grad / weight.unsqueeze(1)
-                row_weight.index_add_(0, local[problem.item_mask],
-                                      weight.unsqueeze(1).expand_as(local)[problem.item_mask])
-            total_weight = total_weight + weight.sum()
-            losses.append(loss.detach())
-        if not self.defense.normalized:
-            row_weight, total_weight = torch.ones_like(row_weight), 1.0
+        coef = (weight / sizes)[owner]  # [N]
+        losses = torch.zeros(users.numel(), device=users.device)  # [B] each client's mean loss
+        per_chunk = max(1, env.sim.max_slots // candidates.shape[1])
+        for chunk in torch.split(torch.arange(owner.numel(), device=owner.device), per_chunk):
+            vectors = gather_rows(item_leaf, row_of_pair[pair_of[chunk]])  # [n, 1 + n_neg, di]
+            scores = env.backbone.score(gather_rows(user_leaf, owner[chunk]), vectors, net_leaf)  # [n, 1 + n_neg]
+            example_loss = per_client_loss(
+                env.backbone.config.loss, scores[:, :1], scores[:, 1:].unsqueeze(1) if n_neg else None,
+                torch.ones(chunk.numel(), 1, dtype=torch.bool, device=chunk.device),
+                None if ratings is None else ratings[chunk].unsqueeze(1))  # [n]
+            (example_loss * coef[chunk]).sum().backward()
+            losses.index_add_(0, owner[chunk], example_loss.detach() / sizes[owner[chunk]])
+        with torch.no_grad():
+            self.private.user[users] = user_leaf - lr * user_leaf.grad / weight.unsqueeze(1)
         item_delta = -lr * item_leaf.grad / row_weight.unsqueeze(1)
         dense = {k: -lr * v.grad / total_weight for k, v in net_leaf.items()}
-        return Aggregate(rows, item_delta, dense), torch.cat(losses)
+        rows_per_client = torch.bincount(pair_owner, minlength=users.numel())
+        return FastRound(Aggregate(rows, item_delta, dense), losses, rows_per_client)

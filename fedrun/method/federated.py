@@ -12,6 +12,7 @@ When exact, steps 2–3 collapse into the FedSGD fast path (one backward, no cop
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -29,6 +30,15 @@ from fedrun.sim.guards import check_finite, check_uploads
 from fedrun.sim.sampling import ClientSampler
 from fedrun.sim.seeding import derive_seed, generator
 from fedrun.types import Aggregate, RoundContext, Uploads
+
+
+@dataclass(frozen=True)
+class FastRound:
+    """What a fast path returns: the aggregate, each client's loss [B], rows each client touched [B]."""
+
+    aggregate: Aggregate
+    losses: torch.Tensor
+    rows_per_client: torch.Tensor
 
 
 class FederatedMethod(Method):
@@ -57,7 +67,7 @@ class FederatedMethod(Method):
         """Vectorized over the bucket's clients → (uploads, new private rows [B, du], loss [B])."""
         raise NotImplementedError
 
-    def fast_round(self, problems: list[LocalProblem]) -> tuple[Aggregate, torch.Tensor] | None:
+    def fast_round(self, users: torch.Tensor, round_index: int) -> FastRound | None:
         """Optional FedSGD shortcut computing the aggregate directly; None when not exact."""
         return None
 
@@ -83,18 +93,19 @@ class FederatedMethod(Method):
     def train_round(self, round_index: int) -> RoundStats:
         users = self.sampler.users(round_index)
         ctx = RoundContext(round_index, round_index // self.rounds_per_epoch(), int(users.numel()))
-        problems = self.problems(users, round_index)
-        fast = self.fast_round(problems)
+        fast = self.fast_round(users, round_index)
         if fast is not None:
-            aggregate, losses = fast
-            bytes_up = self.upload_bytes(problems)
+            aggregate, losses, rows = fast.aggregate, fast.losses, fast.rows_per_client
+            bytes_up = self.upload_bytes(rows)
         else:
+            problems = self.problems(users, round_index)
             uploads, losses = self.client_phase(problems, ctx)
+            rows = torch.cat([p.item_mask.sum(1) for p in problems])
             bytes_up = float(uploads.nbytes_per_client()[: ctx.n_clients].mean())
             aggregate = self.defense.aggregate(uploads)  # server phase: uploads only
         check_finite(aggregate.item_delta, f"the aggregate (defense={type(self.defense).__name__})", round_index)
         self.server.step(aggregate, ctx)
-        return RoundStats(float(losses.mean()), ctx.n_clients, bytes_up, self.download_bytes(problems))
+        return RoundStats(float(losses.mean()), ctx.n_clients, bytes_up, self.download_bytes(rows))
 
     def client_phase(self, problems: list[LocalProblem], ctx: RoundContext) -> tuple[Uploads, torch.Tensor]:
         gen = generator(self.env.sim.seed, "privacy", ctx.round, self.env.device)
@@ -110,17 +121,17 @@ class FederatedMethod(Method):
         check_uploads(uploads, self.public, ctx.round, component)
         return uploads, torch.cat(losses)
 
-    def upload_bytes(self, problems: list[LocalProblem]) -> float:
-        """Mean bytes a client uploads without privacy transforms: its touched rows (id + vector)
+    def upload_bytes(self, rows: torch.Tensor) -> float:
+        """Mean bytes a client uploads without privacy transforms: its touched rows [B] (id + vector)
         and its weight deltas — what ``Uploads.nbytes_per_client`` counts on the general path."""
-        rows = torch.cat([p.item_mask.sum(1) for p in problems]).to(torch.float64)
+        rows = rows.to(torch.float64)
         item = self.public.item
         dense = sum(v.numel() * v.element_size() for v in self.public.net.values())
         return float((rows * (item.shape[1] * item.element_size() + 4) + dense).mean())
 
-    def download_bytes(self, problems: list[LocalProblem]) -> float:
-        """Mean bytes a client downloads: the item rows it touches and the shared weights."""
-        rows = torch.cat([p.item_mask.sum(1) for p in problems]).to(torch.float64)
+    def download_bytes(self, rows: torch.Tensor) -> float:
+        """Mean bytes a client downloads: the item rows it touches [B] and the shared weights."""
+        rows = rows.to(torch.float64)
         item = self.public.item
         dense = sum(v.numel() * v.element_size() for v in self.public.net.values())
         return float((rows * item.shape[1] * item.element_size() + dense).mean())
