@@ -74,8 +74,3 @@ class ClientStore:
         """Sorted ``user * n_items + item`` keys, for membership tests (negative sampling, masking)."""
         users = torch.repeat_interleave(torch.arange(self.n_users, device=self.items.device), self.sizes())
         return torch.sort(users * self.n_items + self.items).values
-
-    def to_csr(self) -> torch.Tensor:
-        """A torch sparse CSR [n_users, n_items] of ones (duplicate rows summed)."""
-        values = torch.ones_like(self.items, dtype=torch.float32)
-        return torch.sparse_csr_tensor(self.indptr, self.items, values, (self.n_users, self.n_items))

@@ -34,31 +34,8 @@ class Interactions:
             order=None if self.order is None else self.order[rows],
         )
 
-    def n_unique_pairs(self) -> int:
-        return int(np.unique(self.user * self.n_items + self.item).shape[0])
-
     def user_counts(self) -> np.ndarray:
         return np.bincount(self.user, minlength=self.n_users)
-
-    def item_counts(self) -> np.ndarray:
-        return np.bincount(self.item, minlength=self.n_items)
-
-
-def from_sequences(lines: list[list[int]], *, has_user_id: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Parse ``user item item ...`` rows into (user, item, position) arrays of raw ids."""
-    users, items, positions = [], [], []
-    for row in lines:
-        if has_user_id:
-            user, seq = row[0], row[1:]
-        else:  # pragma: no cover - kept for formats without a user column
-            user, seq = len(users), row
-        users.append(np.full(len(seq), user, dtype=np.int64))
-        items.append(np.asarray(seq, dtype=np.int64))
-        positions.append(np.arange(len(seq), dtype=np.int64))
-    if not users:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty
-    return np.concatenate(users), np.concatenate(items), np.concatenate(positions)
 
 
 def reindex(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -56,14 +56,9 @@ def problem_loss(backbone: Backbone, problem: LocalProblem, user: torch.Tensor, 
     user [B, du]; item_table [B, Lu, di] (each client's own copies); net shared or [B, *shape].
     """
     B, Lu, di = item_table.shape
+    P = problem.pos_slot.shape[1]
     rows = example_slots(problem) + torch.arange(B, device=user.device).unsqueeze(1) * Lu  # [B, S] into [B·Lu]
-    return vectors_loss(backbone, problem, user, gather_rows(item_table.reshape(B * Lu, di), rows), net)
-
-
-def vectors_loss(backbone: Backbone, problem: LocalProblem, user: torch.Tensor, vectors: torch.Tensor,
-                 net: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Per-client mean loss [B] given the item vectors of every example, vectors [B, S, di]."""
-    B, P = problem.pos_slot.shape
+    vectors = gather_rows(item_table.reshape(B * Lu, di), rows)  # [B, S, di]
     scores = backbone.score(user, vectors, net)  # [B, S]
     neg = None if problem.neg_slot is None else scores[:, P:].reshape(problem.neg_slot.shape)
     return per_client_loss(backbone.config.loss, scores[:, :P], neg, problem.batch.pos_mask, problem.batch.ratings)
