@@ -58,6 +58,8 @@ CASES = [
     ("ncf", "adam", 1, ["method.optimizer.lr=0.01", "backbone.variant=mlp", "backbone.loss=bpr"]),
     ("ncf", "adam", 1, ["method.optimizer.lr=0.01", "backbone.variant=gmf", "backbone.loss=bpr"]),
     ("pmf", "sgd", 3, ["method.optimizer.lr=0.05", "dataset.ratings=true"]),
+    ("pmf", "sgd", 2, ["method.optimizer.lr=0.05", "dataset.ratings=true", "backbone.l2=0.05"]),
+    ("mf", "adam", 2, ["method.optimizer.lr=0.01", "backbone.l2=0.01", "method.num_negatives=3"]),
 ]
 
 
@@ -83,10 +85,12 @@ def test_data_size_weighting_matches_loop():
     check_rounds(["backbone=mf", "method.optimizer.lr=0.5"], weighting="data_size")
 
 
-@pytest.mark.parametrize("backbone", ["mf", "ncf"])
+@pytest.mark.parametrize("backbone", ["mf", "ncf", "pmf-l2"])
 @pytest.mark.parametrize("defense", ["mean", "mean_data_size", "sum"])
 def test_fedsgd_fast_path_equals_general_path(backbone, defense):
     extra = ["defense=mean", "defense.weighting=data_size"] if defense == "mean_data_size" else [f"defense={defense}"]
+    if backbone == "pmf-l2":
+        backbone, extra = "pmf", extra + ["backbone.l2=0.05", "dataset.ratings=true"]
     common = [f"backbone={backbone}", "method.optimizer.lr=0.5", "sim.clients_per_round=16", "sim.buckets=3",
               "sim.min_bucket_clients=1", *extra]
     fast, _ = make_method(common)

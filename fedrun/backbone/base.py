@@ -41,11 +41,13 @@ class BackboneConfig:
     dim: int = 32  # embedding size
     loss: str = "bpr"  # bpr | bce | mse (explicit ratings)
     init_std: float = 0.1  # std of the normal initialisation of embeddings
+    l2: float = 0.0  # per-example L2 on the embeddings an example uses (PMF's λ, FedRec's α)
 
     def __post_init__(self) -> None:
         check(self.dim >= 1, "dim", self.dim, "an integer >= 1")
         check_choice("loss", self.loss, LOSSES)
         check_positive("init_std", self.init_std)
+        check_positive("l2", self.l2, allow_zero=True)
 
 
 class Backbone:

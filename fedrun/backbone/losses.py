@@ -7,8 +7,13 @@ import torch.nn.functional as F
 
 
 def per_client_loss(kind: str, pos: torch.Tensor, neg: torch.Tensor | None, mask: torch.Tensor,
-                    ratings: torch.Tensor | None) -> torch.Tensor:
+                    ratings: torch.Tensor | None, l2: float = 0.0,
+                    sq_norms: torch.Tensor | None = None) -> torch.Tensor:
     """pos [B, P] scores of positives, neg [B, P, n] scores of their negatives, mask [B, P].
+
+    ``l2 · sq_norms`` [B, P] adds, per example, the squared norms of the embeddings it uses
+    (user row, positive row, its negatives' rows): PMF's λ(‖U_u‖² + ‖V_i‖²) per rating
+    (FedRec++ Eq. 1, α), BPR's regulariser per triple — averaged like the data term.
 
     bpr: −log σ(s⁺ − s⁻) averaged over (positive, negative) pairs (Rendle et al. 2009).
     bce: −log σ(s⁺) − Σ log σ(−s⁻) averaged over labelled points (He et al. 2017, Eq. 7).
@@ -26,4 +31,18 @@ def per_client_loss(kind: str, pos: torch.Tensor, neg: torch.Tensor | None, mask
         per_count = weight * (1 + (neg.shape[-1] if neg is not None else 0))
     else:  # pragma: no cover - validated by the backbone config
         raise ValueError(kind)
-    return (per_pos * weight).sum(1) / per_count.sum(1).clamp_min(1)  # [B]
+    data = (per_pos * weight).sum(1) / per_count.sum(1).clamp_min(1)  # [B]
+    if not l2:
+        return data
+    return data + l2 * (sq_norms * weight).sum(1) / weight.sum(1).clamp_min(1)
+
+
+def example_sq_norms(user: torch.Tensor, vectors: torch.Tensor, n_pos: int) -> torch.Tensor:
+    """user [B, du], vectors [B, S, di] = P positives then their P·n negatives → [B, P]:
+    ‖u‖² + ‖v_pos‖² + Σ‖v_neg‖² for each positive's example."""
+    B = user.shape[0]
+    sq = vectors.pow(2).sum(-1)  # [B, S]
+    out = user.pow(2).sum(-1, keepdim=True) + sq[:, :n_pos]
+    if sq.shape[1] > n_pos:
+        out = out + sq[:, n_pos:].reshape(B, n_pos, -1).sum(-1)
+    return out

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fedrun.backbone.losses import per_client_loss
+from fedrun.backbone.losses import example_sq_norms, per_client_loss
 from fedrun.data.negatives import sample_negatives
 from fedrun.errors import check
 from fedrun.method.base import Method, RoundStats
@@ -65,11 +65,14 @@ class Central(Method):
                 negatives = sample_negatives(users, self.num_negatives, env.n_items, self._positive_keys, seed,
                                              draw_ids=rows)  # keyed by the training pair
                 candidates = torch.cat([candidates, negatives], 1)  # [N, 1 + n]
-            scores = env.backbone.score(self.user[users], self.item[candidates], self.net)  # [N, 1 + n]
+            user_rows, vectors = self.user[users], self.item[candidates]  # [N, du], [N, 1 + n, di]
+            scores = env.backbone.score(user_rows, vectors, self.net)  # [N, 1 + n]
             neg = scores[:, 1:].unsqueeze(1) if self.num_negatives else None
             ratings = None if self.pair_rating is None else self.pair_rating[rows].unsqueeze(1)
             mask = torch.ones_like(items, dtype=torch.bool).unsqueeze(1)
-            loss = per_client_loss(env.backbone.config.loss, scores[:, :1], neg, mask, ratings).mean()
+            l2 = env.backbone.config.l2
+            loss = per_client_loss(env.backbone.config.loss, scores[:, :1], neg, mask, ratings, l2,
+                                   example_sq_norms(user_rows, vectors, 1) if l2 else None).mean()
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fedrun.backbone.base import PublicParams
-from fedrun.backbone.losses import per_client_loss
+from fedrun.backbone.losses import example_sq_norms, per_client_loss
 from fedrun.data.negatives import sample_flat_negatives
 from fedrun.errors import check
 from fedrun.method.federated import FastRound, FederatedMethod
@@ -108,11 +108,14 @@ class FedAvg(FederatedMethod):
         per_chunk = max(1, env.sim.max_slots // candidates.shape[1])
         for chunk in torch.split(torch.arange(owner.numel(), device=owner.device), per_chunk):
             vectors = gather_rows(item_leaf, row_of_pair[pair_of[chunk]])  # [n, 1 + n_neg, di]
-            scores = env.backbone.score(gather_rows(user_leaf, owner[chunk]), vectors, net_leaf)  # [n, 1 + n_neg]
+            user_rows = gather_rows(user_leaf, owner[chunk])  # [n, du]
+            scores = env.backbone.score(user_rows, vectors, net_leaf)  # [n, 1 + n_neg]
+            l2 = env.backbone.config.l2
             example_loss = per_client_loss(
                 env.backbone.config.loss, scores[:, :1], scores[:, 1:].unsqueeze(1) if n_neg else None,
                 torch.ones(chunk.numel(), 1, dtype=torch.bool, device=chunk.device),
-                None if ratings is None else ratings[chunk].unsqueeze(1))  # [n]
+                None if ratings is None else ratings[chunk].unsqueeze(1),
+                l2, example_sq_norms(user_rows, vectors, 1) if l2 else None)  # [n]
             (example_loss * coef[chunk]).sum().backward()
             losses.index_add_(0, owner[chunk], example_loss.detach() / sizes[owner[chunk]])
         with torch.no_grad():

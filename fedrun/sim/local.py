@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from fedrun.backbone.base import Backbone
-from fedrun.backbone.losses import per_client_loss
+from fedrun.backbone.losses import example_sq_norms, per_client_loss
 from fedrun.errors import check, check_choice, check_positive
 from fedrun.sim.batching import LocalProblem
 from fedrun.sim.rows import gather_rows
@@ -61,7 +61,9 @@ def problem_loss(backbone: Backbone, problem: LocalProblem, user: torch.Tensor, 
     vectors = gather_rows(item_table.reshape(B * Lu, di), rows)  # [B, S, di]
     scores = backbone.score(user, vectors, net)  # [B, S]
     neg = None if problem.neg_slot is None else scores[:, P:].reshape(problem.neg_slot.shape)
-    return per_client_loss(backbone.config.loss, scores[:, :P], neg, problem.batch.pos_mask, problem.batch.ratings)
+    l2 = backbone.config.l2
+    return per_client_loss(backbone.config.loss, scores[:, :P], neg, problem.batch.pos_mask, problem.batch.ratings,
+                           l2, example_sq_norms(user, vectors, P) if l2 else None)
 
 
 @dataclass(frozen=True)

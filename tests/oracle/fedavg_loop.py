@@ -16,7 +16,15 @@ import torch.nn.functional as F
 
 
 def client_loss(backbone, kind, user, item_table, net, pos, neg, ratings):
-    """One client's mean loss: pos [P] item ids, neg [P, n] item ids (or None)."""
+    """One client's mean loss: pos [P] item ids, neg [P, n] item ids (or None), plus
+    l2 · mean over its examples of (‖u‖² + ‖v_pos‖² + Σ‖v_neg‖²)."""
+    l2 = backbone.config.l2
+    used = pos[:, None] if neg is None else torch.cat([pos[:, None], neg], 1)
+    penalty = l2 * (user.pow(2).sum() + item_table[used].pow(2).sum((1, 2))).mean()
+    return data_loss(backbone, kind, user, item_table, net, pos, neg, ratings) + penalty
+
+
+def data_loss(backbone, kind, user, item_table, net, pos, neg, ratings):
     if kind == "mse":
         pred = backbone.score(user[None], item_table[pos][None], net)[0]
         return ((pred - ratings) ** 2).mean()
