@@ -43,9 +43,8 @@ class Full(Evaluator):
         for chunk in torch.split(users, self.chunk_users(n_items)):
             scores = method.score_users(chunk)  # [U, I]
             for store in self.masks(part):
-                items, mask, _ = store.gather(chunk)
-                rows = torch.arange(chunk.numel(), device=chunk.device).unsqueeze(1).expand_as(items)
-                scores[rows[mask], items[mask]] = float("-inf")
+                rows, _, items, _ = store.flat(chunk)  # unpadded: a long history costs only its length
+                scores[rows, items] = float("-inf")
             target_items, target_mask, _ = targets.gather(chunk)  # [U, T]
             ranks = pessimistic_ranks(scores, target_items, target_mask, max(self.config.ks))
             for name, values in from_ranks(ranks, target_mask, self.config.ks, self.config.metrics).items():
