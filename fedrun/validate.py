@@ -7,6 +7,7 @@ and with the data (clients per round vs. clients, rating losses vs. rating data,
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from fedrun.backbone.base import Backbone
@@ -40,6 +41,19 @@ def check_run(dataset: str, split: Split, backbone: Backbone, sim: SimConfig, me
         raise DataError(f"A client of {dataset} has every item as a positive ({largest} rows, {split.n_items} "
                         "items): no negatives can be drawn for it. Filter it out (dataset.min_user_count / dedup).")
     _check_memory(sim, backbone)
+    _check_checkpoint_dir(sim)
+
+
+def _check_checkpoint_dir(sim: SimConfig) -> None:
+    if sim.checkpoint_dir is None:
+        return
+    folder = Path(sim.checkpoint_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError("sim.checkpoint_dir", sim.checkpoint_dir,
+                          f"a folder that can be created ({err.strerror})") from None
+    check(os.access(folder, os.W_OK), "sim.checkpoint_dir", sim.checkpoint_dir, "a writable folder")
 
 
 def _check_parts(dataset: str, split: Split) -> None:

@@ -76,3 +76,10 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         checkpoint.save(path, {"x": torch.zeros(2)}, checkpoint.RunnerState(9), "a: 1", None)
     assert checkpoint.load(path)["runner"].next_round == 3  # the old checkpoint is intact
+
+
+def test_unusable_checkpoint_dir_is_a_config_error_before_training(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(ConfigError, match=r"sim.checkpoint_dir=.*a folder that can be created"):
+        run([f"sim.checkpoint_dir={blocker / 'sub'}"])
