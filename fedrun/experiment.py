@@ -29,6 +29,7 @@ from fedrun.sim.checkpoint import RunnerState
 from fedrun.sim.config import SimConfig
 from fedrun.sim.env import RunEnv
 from fedrun.sim.runner import Interrupted, RunResult, run_loop
+from fedrun.sim.signals import interrupts_ignored
 from fedrun.track.base import Tracker
 from fedrun.track.mlflow import Mlflow, MlflowConfig
 from fedrun.validate import check_run
@@ -151,13 +152,16 @@ def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) ->
             tracker.log_artifact(path)
         tracker.finish("FINISHED")
     except Interrupted as err:
-        tracker.finish("KILLED", str(err))
+        with interrupts_ignored():
+            tracker.finish("KILLED", str(err))
         raise
     except KeyboardInterrupt:
-        tracker.finish("KILLED", "aborted by a second interrupt (no checkpoint written for this round)")
+        with interrupts_ignored():
+            tracker.finish("KILLED", "aborted by a second interrupt (no checkpoint written for this round)")
         raise
     except BaseException as err:
-        tracker.finish("FAILED", f"{type(err).__name__}: {err}")
+        with interrupts_ignored():
+            tracker.finish("FAILED", f"{type(err).__name__}: {err}")
         raise
     print(f"\n{b.label}  ({result.rounds} rounds, train {result.train_seconds:.1f}s, eval {result.eval_seconds:.1f}s)")
     print(table)

@@ -39,3 +39,17 @@ def graceful_stop() -> Iterator[StopRequest]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+@contextmanager
+def interrupts_ignored() -> Iterator[None]:
+    """Within the block, SIGINT is ignored: recording a run's final status must not be cut
+    short by a further Ctrl-C (that left stopped runs RUNNING in MLflow)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
