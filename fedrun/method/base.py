@@ -25,7 +25,6 @@ class RoundStats:
 
 class Method:
     Config: ClassVar[type]
-    federated: ClassVar[bool] = False
 
     def __init__(self, config: Any, env: RunEnv, **components: Any):
         self.config = config

@@ -42,7 +42,6 @@ class FastRound:
 
 
 class FederatedMethod(Method):
-    federated = True
     num_negatives: int = 0
 
     def __init__(self, config: Any, env: RunEnv, *, privacy: Privacy, attack: Attack, defense: Defense):
@@ -122,19 +121,18 @@ class FederatedMethod(Method):
         return uploads, torch.cat(losses)
 
     def upload_bytes(self, rows: torch.Tensor) -> float:
-        """Mean bytes a client uploads without privacy transforms: its touched rows [B] (id + vector)
-        and its weight deltas — what ``Uploads.nbytes_per_client`` counts on the general path."""
-        rows = rows.to(torch.float64)
-        item = self.public.item
-        dense = sum(v.numel() * v.element_size() for v in self.public.net.values())
-        return float((rows * (item.shape[1] * item.element_size() + 4) + dense).mean())
+        """Mean bytes a client uploads without privacy transforms: its touched rows [B] (int32 id +
+        vector) and its weight deltas — what ``Uploads.nbytes_per_client`` counts on the general path."""
+        return self._mean_bytes(rows, id_bytes=4)
 
     def download_bytes(self, rows: torch.Tensor) -> float:
         """Mean bytes a client downloads: the item rows it touches [B] and the shared weights."""
-        rows = rows.to(torch.float64)
+        return self._mean_bytes(rows, id_bytes=0)
+
+    def _mean_bytes(self, rows: torch.Tensor, id_bytes: int) -> float:
         item = self.public.item
         dense = sum(v.numel() * v.element_size() for v in self.public.net.values())
-        return float((rows * item.shape[1] * item.element_size() + dense).mean())
+        return float((rows.to(torch.float64) * (item.shape[1] * item.element_size() + id_bytes) + dense).mean())
 
     # -- state (checkpoints) ---------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
