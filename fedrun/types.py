@@ -68,6 +68,19 @@ class Uploads:
 
 
 @dataclass(frozen=True)
+class EmbeddingUploads:
+    """User embeddings clients share with the server (FedCL's federated negative sampling),
+    after the client-side privacy mechanism. The server knows who uploaded (as in any FL
+    protocol) but receives only these vectors, never the data they were inferred from."""
+
+    users: torch.Tensor  # [B] the uploading clients' user ids
+    vectors: torch.Tensor  # [B, d] perturbed embeddings
+
+    def nbytes_per_client(self) -> float:
+        return float(self.vectors.shape[1] * self.vectors.element_size())
+
+
+@dataclass(frozen=True)
 class Aggregate:
     """The server's view after aggregation: one delta per touched item row and per dense weight."""
 

@@ -1,15 +1,25 @@
 """Benchmark the vectorized simulator against the per-client loop and a centralized epoch.
 
-W0 (issue #7): FedAvg-MF, BPR, dim 32, 1 negative per positive resampled each round, one
-local SGD step, 256 clients per round, ml-1m ``split80-20``. Measured in one run, same
-data and hyperparameters:
-  - fast:    fedrun's round with the FedSGD fast path (the default for this workload)
-  - general: fedrun's round with per-client copies (``sim.fast_path=off``)
-  - loop:    the plain per-client loop with a deepcopy of the model per client (tests/oracle)
-  - central: one centralized epoch over the same interactions (batch 1024, same lr)
-Writes a Markdown + CSV table to ``outputs/bench/`` and prints it.
+Workloads (issue #7), each measured in one run on the same data and hyperparameters:
 
-    python scripts/bench.py [--rounds 20] [--loop-rounds 3] [--dataset-override ...]
+  W0  FedAvg-MF (BPR, dim 32, 1 negative, one local SGD step), ml-1m split80-20, 256 clients
+  W1  FedAvg-NCF, ml-1m split80-20, 256 clients, 4 negatives per positive, 1 local epoch
+  W2  FedAvg-MF (BPR), gowalla, 1,024 clients per round
+  W3  as W1 with 5 local epochs and Adam
+  W4  full-ranking evaluation of every test user (ml-1m, gowalla) vs a bare matmul + topk
+  W5  scaling: clients per round on gowalla; catalogue size on synthetic data (PNG + table)
+
+Paths of a training workload:
+  - fedrun:  the simulator as a run uses it (``sim.fast_path=auto``: FedSGD fast path when exact)
+  - general: per-client copies, bucketed (``sim.fast_path=off``), when it differs from the above
+  - loop:    the plain per-client loop with a deepcopy of the model per client (tests/oracle),
+             checked to compute the same update as the general path before it is timed
+  - central: one centralized epoch over the same interactions, same backbone, batch 1,024
+
+Each workload runs in its own process so that its peak RSS is its own. Writes Markdown +
+CSV (and W5 PNGs) to ``--out`` and prints the tables.
+
+    python scripts/bench.py [--workloads w0,w1,w2,w3,w4,w5] [--rounds 20] [--loop-rounds 3] [--tiny]
 """
 
 from __future__ import annotations
@@ -17,9 +27,10 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import resource
+import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -37,19 +48,68 @@ from tests.conftest import compose_cfg  # noqa: E402  (the same config compositi
 from tests.oracle.fedavg_loop import fedavg_round  # noqa: E402
 from tests.test_oracle import clients_of  # noqa: E402
 
-W0 = ["dataset=ml-1m", "dataset.variant=split80-20", "dataset.split.protocol=predefined", "backbone=mf",
-      "backbone.dim=32", "backbone.loss=bpr", "method.num_negatives=1", "method.optimizer.name=sgd",
-      "method.optimizer.lr=10", "sim.clients_per_round=256", "sim.local_epochs=1", "track=none"]
+ML1M_8020 = ["dataset=ml-1m", "dataset.variant=split80-20", "dataset.split.protocol=predefined"]
+GOWALLA = ["dataset=gowalla", "dataset.split.protocol=predefined"]
+COMMON = ["method=fedavg", "method.optimizer.name=sgd", "method.optimizer.lr=10", "sim.local_epochs=1",
+          "track=none", "sim.progress=false"]
+MF = ["backbone=mf", "backbone.dim=32", "backbone.loss=bpr", "method.num_negatives=1"]
+NCF = ["backbone=ncf", "method.num_negatives=4"]
+# The tiny variant (tests, smoke runs): the same workloads on a small synthetic dataset.
+TINY_DATA = ["dataset=synthetic", "dataset.n_users=300", "dataset.n_items=400", "dataset.mean_length=12"]
 
 
-def build_method(overrides):
+@dataclass
+class Workload:
+    name: str
+    title: str
+    data: list[str]
+    overrides: list[str]
+    clients: int
+    central: list[str] = field(default_factory=list)  # extra overrides for the central epoch
+
+
+TRAIN = {
+    "w0": Workload("w0", "FedAvg-MF (BPR, dim 32, 1 neg., 1 local SGD step), ml-1m split80-20",
+                   ML1M_8020, MF, 256),
+    "w1": Workload("w1", "FedAvg-NCF (4 neg., 1 local epoch), ml-1m split80-20", ML1M_8020, NCF, 256),
+    "w2": Workload("w2", "FedAvg-MF (BPR, dim 32, 1 neg.), gowalla", GOWALLA, MF, 1024),
+    "w3": Workload("w3", "FedAvg-NCF (4 neg., 5 local epochs, Adam), ml-1m split80-20", ML1M_8020,
+                   NCF + ["sim.local_epochs=5", "method.optimizer.name=adam", "method.optimizer.lr=0.001"], 256,
+                   central=["method.optimizer.name=adam", "method.optimizer.lr=0.001"]),
+}
+
+
+# ---------------------------------------------------------------------------------------- helpers
+
+def reset_peak_rss() -> None:
+    """Linux: reset this process's high-water mark (VmHWM) so a later peak is this step's own."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def peak_rss_gb() -> float:
+    try:
+        status = Path("/proc/self/status").read_text()
+        return int(status.split("VmHWM:")[1].split()[0]) / 2**20
+    except (OSError, IndexError):
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def machine() -> str:
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
+
+
+def build_method(overrides: list[str]):
     cfg = compose_cfg(overrides)
     p = plan(cfg)
     env = RunEnv.create(p.dataset.load(), p.sim, p.backbone)
     return build(cfg.method, "method", Method, env=env, privacy=p.privacy, attack=p.attack, defense=p.defense), env
 
 
-def time_rounds(method, rounds, warmup=2):
+def time_rounds(method, rounds: int, warmup: int = 2) -> float:
     for r in range(warmup):
         method.train_round(r)
     started = time.perf_counter()
@@ -58,25 +118,85 @@ def time_rounds(method, rounds, warmup=2):
     return (time.perf_counter() - started) / rounds
 
 
-def time_loop(method, env, rounds):
+def loop_round(method, env, round_index: int):
+    """One round of the deepcopy loop from ``method``'s current state: (seconds, new public)."""
     user_table, public = method.private.user.clone(), method.public.clone()
-    total = 0.0
-    for r in range(rounds):
-        clients = clients_of(method.problems(method.sampler.users(r), r))  # data prep not timed
-        started = time.perf_counter()
-        fedavg_round(env.backbone, user_table, public, clients, method.config.optimizer, env.sim.local_epochs)
-        total += time.perf_counter() - started
-    return total / rounds
+    clients = clients_of(method.problems(method.sampler.users(round_index), round_index))  # not timed
+    started = time.perf_counter()
+    fedavg_round(env.backbone, user_table, public, clients, method.config.optimizer, env.sim.local_epochs)
+    return time.perf_counter() - started, public
 
 
-W4_DATA = {"ml-1m": ["dataset=ml-1m"],
-           "gowalla": ["dataset=gowalla", "dataset.split.protocol=predefined"]}
+def check_loop_agrees(general, env, round_index: int) -> float:
+    """The loop and the general path start from one state and must end at the same item table."""
+    _, public = loop_round(general, env, round_index)
+    general.train_round(round_index)
+    return float((public.item - general.public.item).abs().max())
 
 
-def bench_w4(name: str) -> list[str]:
-    """Full-ranking evaluation of every test user (MF, dim 32) vs the floor: the same users'
-    ``scores = U @ Vᵀ`` and ``topk(K_max + 1)`` in the same chunks, nothing else."""
-    cfg = compose_cfg(W4_DATA[name] + ["backbone=mf", "method=fedavg", "track=none", "sim.clients_per_round=1"])
+def write_table(out: Path, name: str, header: list[str], rows: list[list[str]], caption: str) -> str:
+    table = markdown(header, rows)
+    text = f"{caption}\n\n{table}\n"
+    (out / f"{name}.md").write_text(text)
+    csv = "\n".join(",".join(c.replace(",", "") for c in row) for row in [header, *rows]) + "\n"
+    (out / f"{name}.csv").write_text(csv)
+    return text
+
+
+# ---------------------------------------------------------------------------------- W0 – W3: training
+
+def bench_train(work: Workload, args, out: Path) -> str:
+    data = TINY_DATA if args.tiny else work.data
+    clients = min(work.clients, 64) if args.tiny else work.clients
+    overrides = data + COMMON + work.overrides + [f"sim.clients_per_round={clients}"]
+    reset_peak_rss()
+    fedrun, env = build_method(overrides)
+    t_fedrun = time_rounds(fedrun, args.rounds)
+    rss_fedrun = peak_rss_gb()
+    paths = [("fedrun (FedSGD fast path)" if fedrun.uses_fast_path else "fedrun (general)", t_fedrun)]
+    general = fedrun
+    if fedrun.uses_fast_path:
+        general, _ = build_method(overrides + ["sim.fast_path=off"])
+        paths.append(("general (copies)", time_rounds(general, args.rounds)))
+    max_diff = check_loop_agrees(general, env, args.rounds + 2)
+    t_loop = sum(loop_round(general, env, args.rounds + 3 + r)[0] for r in range(args.loop_rounds)) / args.loop_rounds
+    paths.append(("loop (deepcopy)", t_loop))
+    central, _ = build_method(overrides + ["method=central", "method.optimizer.name=sgd", "method.optimizer.lr=0.05",
+                                           "method.batch_size=1024", *work.central])
+    started = time.perf_counter()
+    central.train_round(0)
+    t_central = time.perf_counter() - started
+    per_epoch = fedrun.rounds_per_epoch()
+    rows = [[name, f"{s:.4f}", f"{clients / s:,.0f}", f"{t_loop / s:.1f}×", f"{s * per_epoch:.2f}",
+             f"{s * per_epoch / t_central:.2f}×"] for name, s in paths]
+    rows.append(["central epoch", "", "", "", f"{t_central:.2f}", "1.00×"])
+    header = [f"{work.name.upper()} path", "s / round", "client updates / s", "vs loop", "s / epoch",
+              "epoch vs central"]
+    caption = (f"{work.name.upper()} {work.title}{' [tiny synthetic]' if args.tiny else ''}: {clients} clients/round, "
+               f"{per_epoch} rounds/epoch; {machine()}; peak RSS of the fedrun path {rss_fedrun:.2f} GB; "
+               f"loop vs general path after one round from one state: max |Δ item| = {max_diff:.1e}")
+    return write_table(out, work.name, header, rows, caption)
+
+
+# ------------------------------------------------------------------------------------- W4: evaluation
+
+W4_DATA = {"ml-1m": ["dataset=ml-1m"], "gowalla": GOWALLA}
+
+
+def bench_w4(args, out: Path) -> str:
+    rows = []
+    for name, data in ({"synthetic": TINY_DATA} if args.tiny else W4_DATA).items():
+        rows.append(bench_w4_one(name, data))
+    header = ["W4 dataset", "users", "items", "eval s", "floor s", "eval / floor", "peak RSS GB"]
+    caption = f"W4 full-ranking evaluation (MF dim 32, eval.memory_mb=256, K = 5, 10, 20); {machine()}"
+    return write_table(out, "w4", header, rows, caption)
+
+
+def bench_w4_one(name: str, data: list[str]) -> list[str]:
+    """Every test user (MF, dim 32) vs the floor: the same users' ``U @ Vᵀ`` and
+    ``topk(K_max + 1)`` in the same chunks, nothing else."""
+    reset_peak_rss()
+    cfg = compose_cfg(data + ["backbone=mf", "method=fedavg", "track=none", "sim.clients_per_round=1"])
     p = plan(cfg)
     env = RunEnv.create(p.dataset.load(), p.sim, p.backbone)
     method = build(cfg.method, "method", Method, env=env, privacy=p.privacy, attack=p.attack, defense=p.defense)
@@ -92,59 +212,123 @@ def bench_w4(name: str) -> list[str]:
         for part in torch.split(users, chunk):
             (method.private.user[part] @ method.public.item.T).topk(k, dim=1)
     t_floor = time.perf_counter() - started
-    rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     return [name, f"{users.numel():,}", f"{env.n_items:,}", f"{t_eval:.2f}", f"{t_floor:.2f}",
-            f"{t_eval / t_floor:.2f}×", f"{rss_gb:.2f}"]
+            f"{t_eval / t_floor:.2f}×", f"{peak_rss_gb():.2f}"]
 
+
+# ---------------------------------------------------------------------------------------- W5: scaling
+
+W5_CLIENTS = [16, 64, 256, 1024, 4096]
+W5_ITEMS = [10**3, 10**4, 10**5, 10**6]
+
+
+def bench_w5(args, out: Path) -> str:
+    """Time per round and peak RSS of the fedrun path (W0's hyperparameters) as clients per round
+    grow on gowalla and as the catalogue grows on synthetic data (1,024 users, 256 clients)."""
+    clients_points = [4, 8, 16] if args.tiny else W5_CLIENTS
+    items_points = [100, 1000] if args.tiny else W5_ITEMS
+    by_clients = [point(args, (TINY_DATA if args.tiny else GOWALLA) + [f"sim.clients_per_round={c}"], c)
+                  for c in clients_points]
+    synthetic = ["dataset=synthetic", f"dataset.n_users={64 if args.tiny else 1024}", "dataset.mean_length=20",
+                 "sim.clients_per_round=256"]
+    by_items = [point(args, synthetic + [f"dataset.n_items={n}"], n) for n in items_points]
+    header = ["W5 axis", "value", "s / round", "growth", "client updates / s", "peak RSS GB"]
+    rows = growth_rows("clients/round", by_clients) + growth_rows("items", by_items)
+    caption = (f"W5 scaling, FedAvg-MF (W0 hyperparameters), fedrun path; clients: "
+               f"{'synthetic' if args.tiny else 'gowalla'}; items: synthetic, 256 clients/round; {machine()}")
+    text = write_table(out, "w5", header, rows, caption)
+    plot_w5(out, by_clients, by_items)
+    return text
+
+
+def point(args, overrides: list[str], value: int) -> tuple[int, float, float, int]:
+    """(value, s / round, peak RSS GB, clients per round) in a fresh process (own peak RSS)."""
+    code = ("import sys, json; sys.argv = ['bench']; import scripts.bench as b; "
+            f"print(json.dumps(b.measure_point({overrides!r}, {args.rounds})))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise SystemExit(f"W5 point {overrides} failed:\n{result.stderr[-3000:]}")
+    seconds, rss, clients = __import__("json").loads(result.stdout.strip().splitlines()[-1])
+    return value, seconds, rss, clients
+
+
+def measure_point(overrides: list[str], rounds: int) -> tuple[float, float, int]:
+    torch.set_num_threads(os.cpu_count() or 1)
+    method, _ = build_method(COMMON + MF + overrides)
+    reset_peak_rss()  # the dataset's parse is not part of a round's memory
+    seconds = time_rounds(method, rounds)
+    return seconds, peak_rss_gb(), method.sampler.per_round
+
+
+def growth_rows(axis: str, points) -> list[list[str]]:
+    rows, previous = [], None
+    for value, seconds, rss, clients in points:
+        growth = "" if previous is None else f"{seconds / previous[1]:.2f}× for {value / previous[0]:g}×"
+        rows.append([axis, f"{value:,}", f"{seconds:.4f}", growth, f"{clients / seconds:,.0f}", f"{rss:.2f}"])
+        previous = (value, seconds)
+    return rows
+
+
+def plot_w5(out: Path, by_clients, by_items) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: W5 PNG skipped (the table is written)")
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, points, label in ((axes[0], by_clients, "clients per round"), (axes[1], by_items, "catalogue size")):
+        x = [p[0] for p in points]
+        ax.loglog(x, [p[1] for p in points], "o-", label="s / round")
+        ax.loglog(x, [p[2] for p in points], "s--", label="peak RSS GB")
+        ax.set_xlabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.suptitle("W5: fedrun FedAvg-MF round time and memory")
+    fig.tight_layout()
+    fig.savefig(out / "w5.png", dpi=120)
+
+
+# ------------------------------------------------------------------------------------------------ main
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", default="w0,w1,w2,w3,w4,w5", help="comma-separated: w0 … w5")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--loop-rounds", type=int, default=3)
     parser.add_argument("--out", default="outputs/bench")
-    parser.add_argument("--workloads", default="w0,w4", help="comma-separated: w0, w4")
+    parser.add_argument("--tiny", action="store_true", help="every workload on small synthetic data (smoke test)")
     args = parser.parse_args()
     os.environ.setdefault("FEDRUN_DATA_DIR", str(ROOT.parent / "shared" / "datasets"))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    workloads = set(args.workloads.split(","))
-    if "w0" in workloads:
-        print(bench_w0(args, out))
-    if "w4" in workloads:
-        header = ["W4 dataset", "users", "items", "eval s", "floor s", "eval / floor", "peak RSS GB (process)"]
-        table = markdown(header, [bench_w4(name) for name in W4_DATA])
-        (out / "w4.md").write_text(table + "\n")
-        print(f"W4 full-ranking evaluation (MF dim 32, eval.memory_mb=256, K = 5, 10, 20)\n\n{table}\n")
+    workloads = args.workloads.split(",")
+    unknown = sorted(set(workloads) - {*TRAIN, "w4", "w5"})
+    if unknown:
+        parser.error(f"--workloads: unknown {', '.join(unknown)}; allowed: w0, w1, w2, w3, w4, w5")
+    if len(workloads) > 1:  # one process per workload: each peak RSS is its own
+        for name in workloads:
+            command = [sys.executable, __file__, *without_workloads(sys.argv[1:]), "--workloads", name]
+            if subprocess.run(command, check=False).returncode != 0:
+                return 1
+        return 0
+    name = workloads[0]
+    text = bench_train(TRAIN[name], args, out) if name in TRAIN else (bench_w4 if name == "w4" else bench_w5)(args, out)
+    print(text)
     return 0
 
 
-def bench_w0(args, out: Path) -> str:
-    fast, env = build_method(W0)
-    general, _ = build_method(W0 + ["sim.fast_path=off"])
-    central, _ = build_method(W0 + ["method=central", "method.optimizer.name=sgd", "method.optimizer.lr=0.05",
-                                    "method.batch_size=1024", "method.num_negatives=1"])
-    clients = fast.sampler.per_round
-    per_epoch = fast.rounds_per_epoch()
-    t_fast = time_rounds(fast, args.rounds)
-    t_general = time_rounds(general, args.rounds)
-    t_loop = time_loop(general, env, args.loop_rounds)
-    started = time.perf_counter()
-    central.train_round(0)
-    t_central = time.perf_counter() - started
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    rows = []
-    for name, seconds in (("fast (FedSGD)", t_fast), ("general (copies)", t_general), ("loop (deepcopy)", t_loop)):
-        rows.append([name, f"{seconds:.4f}", f"{clients / seconds:,.0f}", f"{t_loop / seconds:.1f}×",
-                     f"{seconds * per_epoch:.2f}", f"{seconds * per_epoch / t_central:.2f}×"])
-    rows.append(["central epoch", "", "", "", f"{t_central:.2f}", "1.00×"])
-    header = ["W0 path", "s / round", "client updates / s", "vs loop", "s / epoch", "epoch vs central"]
-    table = markdown(header, rows)
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
-    text = (f"W0 FedAvg-MF on ml-1m split80-20, {clients} clients/round, {per_epoch} rounds/epoch; "
-            f"{machine}; peak RSS {rss_mb:.0f} MB\n\n{table}\n")
-    (out / "w0.md").write_text(text)
-    (out / "w0.csv").write_text("\n".join(",".join(c.replace(",", "") for c in r) for r in [header, *rows]) + "\n")
-    return text
+def without_workloads(argv: list[str]) -> list[str]:
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--workloads":
+            skip = True
+        elif not arg.startswith("--workloads="):
+            kept.append(arg)
+    return kept
 
 
 if __name__ == "__main__":

@@ -86,6 +86,11 @@ class Backbone:
         """user [U, du], the whole item table [I, di], shared net → scores [U, I]."""
         return self.score(user, item.unsqueeze(0).expand(user.shape[0], -1, -1), net)
 
+    def query_vectors(self, user: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        """user [U, du] → [U, di] vectors q with score(u, i) = ⟨q, v_i⟩ + a per-user constant, when the
+        backbone's score is an inner product with the item row (inner-product search applies); else None."""
+        return None
+
     def full_score_bytes_per_pair(self) -> int:
         """Peak bytes ``score_full`` needs per (user, item) pair (sets the evaluator's chunk size)."""
         return 4

@@ -19,3 +19,6 @@ class MF(Backbone):
 
     def score_full(self, user: torch.Tensor, item: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor:
         return user @ item.T  # [U, I]
+
+    def query_vectors(self, user: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor:
+        return user

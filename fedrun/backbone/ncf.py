@@ -104,5 +104,11 @@ class NCF(Backbone):
                 scores += self._tower(hidden, net) @ head_w[g:]
         return scores
 
+    def query_vectors(self, user: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        """GMF alone is an inner product: h_gᵀ(p ⊙ q) = ⟨h_g ⊙ p, q⟩ (+ the head bias)."""
+        if self.mlp_dim:
+            return None
+        return user * net["head.weight"][0]
+
     def full_score_bytes_per_pair(self) -> int:
         return 4 * (2 * self.config.layers[0] + 1) if self.mlp_dim else 4

@@ -65,6 +65,20 @@ def sample_batch_negatives(users: torch.Tensor, pos: torch.Tensor, pos_mask: tor
     return _rejection(seed, users[owner], position, owner, keys, stride, n_items).view(B, P, n_neg)
 
 
+def sample_client_negatives(users: torch.Tensor, pos: torch.Tensor, pos_mask: torch.Tensor, count: int,
+                            n_items: int, seed: int) -> torch.Tensor:
+    """pos [B, P] (a padded client batch) → [B, count] items per client that are not its positives,
+    drawn with replacement; draw k of a user is keyed by (seed, user, k) alone, so the same seed
+    gives a user the same items in every round (e.g. a simulated local negative store)."""
+    B, P = pos.shape
+    stride = n_items + 1
+    rows = torch.sort(torch.where(pos_mask, pos, torch.full_like(pos, n_items)), dim=1).values  # [B, P]
+    keys = (rows + torch.arange(B, device=pos.device).unsqueeze(1) * stride).reshape(-1)
+    owner = torch.arange(B, device=pos.device).repeat_interleave(count)
+    position = torch.arange(count, device=pos.device).repeat(B)
+    return _rejection(seed, users[owner], position, owner, keys, stride, n_items).view(B, count)
+
+
 def sample_flat_negatives(users: torch.Tensor, owner: torch.Tensor, position: torch.Tensor, items: torch.Tensor,
                           n_neg: int, n_items: int, seed: int) -> torch.Tensor:
     """Unpadded twin of ``sample_batch_negatives``: rows (owner [N] into ``users``, position [N],

@@ -51,8 +51,10 @@ class Synthetic(Dataset):
         return []
 
     def digest(self) -> str:
-        cfg = self.config
-        return f"synthetic-{cfg.n_users}x{cfg.n_items}-{cfg.mean_length}-{cfg.seed}-{int(cfg.ratings)}"
+        cfg = self.config  # every generator field: the parse cache is keyed by this
+        fields = (cfg.n_users, cfg.n_items, cfg.mean_length, cfg.min_length, cfg.popularity_exponent,
+                  cfg.latent_dim, cfg.temperature, int(cfg.ratings), cfg.seed)
+        return "synthetic-" + "-".join(map(str, fields))
 
     def load_parts(self) -> dict[str, Interactions]:
         return self.read({})
@@ -68,10 +70,20 @@ class Synthetic(Dataset):
         popularity = popularity[rng.permutation(cfg.n_items)]
         user_f = rng.normal(size=(cfg.n_users, cfg.latent_dim)) / np.sqrt(cfg.latent_dim)
         item_f = rng.normal(size=(cfg.n_items, cfg.latent_dim))
-        logits = np.log(popularity)[None, :] + user_f @ item_f.T / cfg.temperature  # [U, I]
+        log_pop = np.log(popularity)
         # Gumbel top-k = sampling without replacement ∝ exp(logits); the draw order is the time order.
-        gumbel = logits + rng.gumbel(size=logits.shape)
-        ranked = np.argsort(-gumbel, axis=1)
+        # Users in chunks of at most ~4M logits (large catalogues); same draws as one [U, I] block.
+        longest = int(lengths.max())
+        ranked = np.empty((cfg.n_users, longest), dtype=np.int64)  # [U, longest]
+        chunk = max(1, 4_000_000 // cfg.n_items)
+        for start in range(0, cfg.n_users, chunk):
+            rows = slice(start, min(start + chunk, cfg.n_users))
+            logits = log_pop[None, :] + user_f[rows] @ item_f.T / cfg.temperature  # [c, I]
+            gumbel = logits + rng.gumbel(size=logits.shape)
+            top = np.argpartition(-gumbel, longest - 1, axis=1)[:, :longest] if longest < cfg.n_items else \
+                np.broadcast_to(np.arange(cfg.n_items), gumbel.shape)
+            order = np.argsort(-np.take_along_axis(gumbel, top, 1), axis=1)
+            ranked[rows] = np.take_along_axis(top, order, 1)
         users = np.repeat(np.arange(cfg.n_users), lengths)
         position = np.concatenate([np.arange(n) for n in lengths])
         items = ranked[users, position]

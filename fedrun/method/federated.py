@@ -21,6 +21,7 @@ from fedrun.attack.base import Attack
 from fedrun.backbone.base import PrivateParams, PublicParams
 from fedrun.data.negatives import sample_batch_negatives
 from fedrun.defense.base import Defense
+from fedrun.errors import ConfigError
 from fedrun.method.base import Method, RoundStats
 from fedrun.method.server import Server
 from fedrun.privacy.base import Privacy
@@ -47,6 +48,10 @@ class FederatedMethod(Method):
     def __init__(self, config: Any, env: RunEnv, *, privacy: Privacy, attack: Attack, defense: Defense):
         super().__init__(config, env)
         self.privacy, self.attack, self.defense = privacy, attack, defense
+        if "user_embedding" in privacy.targets and not self.shares_embeddings(config):
+            raise ConfigError("privacy.targets", list(privacy.targets),
+                              f"[item_rows] for method {type(self).__name__} with these settings: it uploads no user "
+                              "embedding, so the mechanism would protect nothing")
         private, public = env.backbone.init_params(env.n_users, env.n_items, generator(env.sim.seed, "init"))
         self.private = PrivateParams(private.user.to(env.device))  # client side
         self.server = self.make_server(
@@ -59,6 +64,11 @@ class FederatedMethod(Method):
         return self.server.public
 
     # -- hooks ---------------------------------------------------------------------------
+    @classmethod
+    def shares_embeddings(cls, config: Any) -> bool:
+        """Whether clients upload a user embedding (what ``privacy`` target ``user_embedding`` protects)."""
+        return False
+
     def make_server(self, public: PublicParams) -> Server:
         raise NotImplementedError
 

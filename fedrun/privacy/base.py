@@ -1,4 +1,10 @@
-"""Privacy mechanisms: what a client does to its upload before it leaves (clip → noise → account)."""
+"""Privacy mechanisms: what a client does to its uploads before they leave (clip → noise → account).
+
+Two kinds of upload can be protected, each vectorized over the round's clients:
+  - ``user_embedding``: a vector a client shares so the server can act on it (FedCL's
+    user embedding for federated negative sampling, ``privatize_embeddings``);
+  - ``item_rows``: the item-row deltas of a model update (``apply``).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +14,11 @@ import torch
 
 from fedrun.types import Uploads
 
+TARGETS = ("user_embedding", "item_rows")
+
 
 class Privacy:
-    """Transforms each client's upload, vectorized over the clients of the round."""
+    """Transforms what clients upload. The identity unless a subclass says otherwise."""
 
     Config: ClassVar[type]
     transforms_uploads: ClassVar[bool] = True  # False only for the identity (keeps the FedSGD fast path)
@@ -18,9 +26,19 @@ class Privacy:
     def __init__(self, config):
         self.config = config
 
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """Which uploads this mechanism protects (a subset of ``TARGETS``)."""
+        return ()
+
     def apply(self, uploads: Uploads, generator: torch.Generator) -> Uploads:
-        raise NotImplementedError
+        """Model updates of one bucket of clients → what leaves those clients."""
+        return uploads
+
+    def privatize_embeddings(self, vectors: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """vectors [B, d], one per client → what leaves those clients."""
+        return vectors
 
     def epsilon_per_upload(self) -> float | None:
-        """ε of one upload (None: no formal guarantee)."""
+        """ε of one protected vector (None: no formal guarantee)."""
         return None

@@ -9,6 +9,7 @@ per-client optimizers (DESIGN.md, "The vectorization principle" 1–2).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -74,13 +75,21 @@ class LocalResult:
     loss: torch.Tensor  # [B] each client's loss at its first local step
 
 
+LossFn = Callable[[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]], torch.Tensor]
+
+
 def train_local(backbone: Backbone, problem: LocalProblem, user0: torch.Tensor, item0: torch.Tensor,
-                net0: dict[str, torch.Tensor], optimizer: ClientOptimizer, steps: int) -> LocalResult:
+                net0: dict[str, torch.Tensor], optimizer: ClientOptimizer, steps: int,
+                loss_fn: LossFn | None = None) -> LocalResult:
     """Run ``steps`` full-batch local steps for every client of the bucket at once.
 
     user0 [B, du] private rows; item0 [B, Lu, di] the clients' copies of their item rows;
-    net0 shared weights (each client gets its own copy, [B, *shape]).
+    net0 shared weights (each client gets its own copy, [B, *shape]). ``loss_fn(user, item,
+    net)`` → per-client losses [B] (default: the backbone's loss on the problem's examples).
     """
+    if loss_fn is None:
+        def loss_fn(user, item, net):
+            return problem_loss(backbone, problem, user, item, net)
     B = user0.shape[0]
     user = user0.detach().clone().requires_grad_(True)
     item = item0.detach().clone().requires_grad_(True)
@@ -89,7 +98,7 @@ def train_local(backbone: Backbone, problem: LocalProblem, user0: torch.Tensor, 
     first_loss = None
     for _ in range(steps):
         opt.zero_grad(set_to_none=True)
-        losses = problem_loss(backbone, problem, user, item, net)  # [B]
+        losses = loss_fn(user, item, net)  # [B]
         losses.sum().backward()
         opt.step()
         first_loss = losses.detach() if first_loss is None else first_loss

@@ -1,0 +1,254 @@
+"""FedCL: federated contrastive learning for privacy-preserving recommendation
+(Wu, Wu, Qi, Huang, Xie, 2022 — ``papers/fedcl.txt``), Algorithm 1.
+
+Each round, for the sampled clients (vectorized):
+  1. each client infers its user embedding u_i (ID-based backbones: its private row) and
+     uploads û_i = clip(u_i, δ) + Laplace(0, 2δ/ε) (``privacy=ldp``, §3.1, Alg. 1 l. 6–8);
+  2. the server caches û_i, clusters, retrieves per centroid the top R% items and sends
+     each client T semi-hard negatives (``fedrun.retrieval.hard_negatives``, l. 10–14);
+  3. each client mixes in-batch, local and semi-hard negatives into Eq. 1,
+        L_i = −Σ_j log( exp(u·p_j) / (exp(u·p_j) + Σ_{n ∈ N_j} exp(u·n)) ),
+     with the backbone's score in place of u·n, trains locally and uploads its model update;
+     the server aggregates (``defense``) and applies it (``server_optimizer``, l. 16–23).
+With ``semi_hard=0`` and in-batch negatives off this is the paper's "+Fed" baseline (local
+negatives only, the same training otherwise).
+
+Choices where the paper is open (each a config field, logged with the run):
+  - Optimisation: "Adam, lr 1e-3, 16 users per update" is read as the server applying
+    Adam (lr 1e-3) to the mean of the clients' updates, clients taking one local step
+    (``sim.local_epochs``) of plain SGD; the client's lr moves only its private user row
+    (the server's Adam normalises the item/network updates). L_i is the mean (not the sum)
+    over the client's positives; with Adam at the server the scale does not matter.
+  - Local negatives: a simulated store of ``local_store`` (100) items per client drawn
+    uniformly from its non-positives, fixed for the run; each positive uses
+    ``local_negatives`` (10) of them drawn with replacement, redrawn every round.
+  - In-batch negatives need a user representation that differs per positive (§3.2: not
+    usable with ID-based user models); ``in_batch=auto`` turns them on only for sequential
+    backbones.
+  - Semi-hard negatives that are the client's own positives are dropped from its softmax
+    (the client knows its data; the server does not): ``exclude_positives``.
+  - Server cache, clustering schedule, Ward on many points: see ``hard_negatives``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from fedrun.backbone.base import PublicParams
+from fedrun.data.negatives import sample_client_negatives
+from fedrun.errors import ConfigError, check, check_choice
+from fedrun.method.base import RoundStats
+from fedrun.method.federated import FederatedMethod
+from fedrun.method.server import OptimizerServer, Server
+from fedrun.retrieval.hard_negatives import HardNegativeConfig, HardNegativeServer
+from fedrun.sim import hashrng
+from fedrun.sim.batching import LocalProblem, bucketize, local_problem
+from fedrun.sim.local import ClientOptimizer, train_local
+from fedrun.sim.rows import gather_rows
+from fedrun.sim.seeding import derive_seed, generator
+from fedrun.sim.server_opt import ServerOptimizerConfig
+from fedrun.types import EmbeddingUploads, RoundContext, Uploads
+
+
+@dataclass
+class FedCLConfig(HardNegativeConfig):
+    optimizer: ClientOptimizer = field(default_factory=lambda: ClientOptimizer("sgd", 1.0))
+    server_optimizer: ServerOptimizerConfig = field(default_factory=lambda: ServerOptimizerConfig("adam", 1e-3))
+    local_store: int = 100  # simulated local negative store per client
+    local_negatives: int = 10  # local negatives per positive, drawn from the store
+    in_batch: str = "auto"  # auto (sequential backbones only) | on | off
+    exclude_positives: bool = True  # drop semi-hard negatives that are the client's own positives
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.local_store >= 0, "local_store", self.local_store, "an integer >= 0")
+        check(self.local_negatives >= 0, "local_negatives", self.local_negatives, "an integer >= 0")
+        check(self.local_negatives == 0 or self.local_store >= 1, "local_store", self.local_store,
+              "an integer >= 1 when local_negatives > 0")
+        check_choice("in_batch", self.in_batch, ("auto", "on", "off"))
+
+
+def mixup_loss(pos: torch.Tensor, mask: torch.Tensor, local: torch.Tensor | None, semi: torch.Tensor | None,
+               semi_valid: torch.Tensor | None, in_batch: torch.Tensor | None) -> torch.Tensor:
+    """FedCL Eq. 1 per client, averaged over its positives → [B].
+
+    pos [B, P] scores of the positives, mask [B, P]; local [B, P, n] scores of each positive's
+    local negatives; semi [B, T] (shared by the client's positives) or [B, P, T] scores of the
+    semi-hard negatives, semi_valid [B, T] which of them count; in_batch [B, P, P] scores of
+    positive j's user representation against every positive k (k = j and padding excluded).
+    """
+    B, P = pos.shape
+    parts = [pos.unsqueeze(-1)]
+    if local is not None:
+        parts.append(local)
+    if semi is not None:
+        semi = semi.unsqueeze(1).expand(B, P, -1) if semi.dim() == 2 else semi
+        if semi_valid is not None:
+            semi = semi.masked_fill(~semi_valid.unsqueeze(1), float("-inf"))
+        parts.append(semi)
+    if in_batch is not None:
+        others = mask.unsqueeze(1) & ~torch.eye(P, dtype=torch.bool, device=pos.device)  # [B, P, P]
+        parts.append(in_batch.masked_fill(~others, float("-inf")))
+    logits = torch.cat(parts, -1)  # [B, P, 1 + n + T + P]
+    per_positive = torch.logsumexp(logits, -1) - pos  # −log softmax of the positive, [B, P]
+    weight = mask.to(pos.dtype)
+    return (per_positive * weight).sum(1) / weight.sum(1).clamp_min(1)
+
+
+class FedCL(FederatedMethod):
+    Config = FedCLConfig
+
+    def __init__(self, config: FedCLConfig, env, **components):
+        super().__init__(config, env, **components)
+        backbone = env.backbone
+        check(backbone.config.loss != "mse", "backbone.loss", "mse", "a ranking loss: FedCL is contrastive")
+        sequential = getattr(backbone, "sequential", False)
+        if config.in_batch == "on" and not sequential:
+            raise ConfigError("method.in_batch", "on", f"off or auto for {type(backbone).__name__}: in-batch negatives "
+                              "need a user representation that differs per positive (FedCL §3.2)")
+        self.in_batch = config.in_batch == "on" or (config.in_batch == "auto" and sequential)
+        check(config.semi_hard + config.local_negatives > 0 or self.in_batch, "method.semi_hard", config.semi_hard,
+              "> 0, or local_negatives > 0, or in-batch negatives: the softmax needs negatives")
+        self.n_local, self.n_semi = config.local_negatives, config.semi_hard
+        self.num_negatives = self.n_local + self.n_semi  # slots per positive, for bucketing
+        self.hard_server = None
+        if self.n_semi:
+            n_clients = int(env.clients_with_data().numel())
+            check(config.clustering == "none" or config.n_clusters <= n_clients, "method.n_clusters",
+                  config.n_clusters, f"at most the {n_clients} clients with training data")
+            check(config.semi_hard <= env.n_items, "method.semi_hard", config.semi_hard,
+                  f"at most the catalogue's {env.n_items} items")
+            self.hard_server = HardNegativeServer(config, backbone, env.n_users, backbone.user_width,
+                                                  env.sim.seed, env.device)
+        self.embedding_uploads = torch.zeros(env.n_users, dtype=torch.int64, device=env.device)
+
+    @classmethod
+    def shares_embeddings(cls, config: FedCLConfig) -> bool:
+        return config.semi_hard > 0
+
+    def describe(self) -> dict:
+        return {"in_batch_negatives": self.in_batch}
+
+    def make_server(self, public: PublicParams) -> Server:
+        return OptimizerServer(public, self.config.server_optimizer)
+
+    # -- client side: infer and upload the user embedding ------------------------------------
+    def user_embeddings(self, users: torch.Tensor) -> torch.Tensor:
+        """[B] → [B, du] each client's user embedding (ID-based: its private row)."""
+        return self.private.user[users]
+
+    def upload_embeddings(self, users: torch.Tensor, round_index: int) -> EmbeddingUploads:
+        gen = generator(self.env.sim.seed, "embedding-privacy", round_index, self.env.device)
+        vectors = self.privacy.privatize_embeddings(self.user_embeddings(users), gen)
+        self.embedding_uploads[users] += 1
+        return EmbeddingUploads(users, vectors)
+
+    # -- the round -----------------------------------------------------------------------
+    def train_round(self, round_index: int) -> RoundStats:
+        users = self.sampler.users(round_index)
+        ctx = RoundContext(round_index, round_index // self.rounds_per_epoch(), int(users.numel()))
+        hard, extra, embedding_bytes = None, {}, 0.0
+        if self.hard_server is not None:
+            embeddings = self.upload_embeddings(users, round_index)
+            self.hard_server.receive(embeddings, round_index)  # server side: uploads only
+            hard = self.hard_server.negatives(users, self.public, round_index)  # [B, T] sent to the clients
+            embedding_bytes = embeddings.nbytes_per_client()
+            extra["cluster_seconds_total"] = self.hard_server.cluster_seconds
+            epsilon = self.privacy.epsilon_per_upload()
+            if epsilon is not None and "user_embedding" in self.privacy.targets:
+                extra["epsilon_spent_max"] = float(self.embedding_uploads.max()) * epsilon
+        problems = self.problems(users, round_index, hard)
+        uploads, losses = self.client_phase(problems, ctx)
+        aggregate = self.defense.aggregate(uploads)
+        self.server.step(aggregate, ctx)
+        rows = torch.cat([p.item_mask.sum(1) for p in problems])
+        bytes_up = float(uploads.nbytes_per_client()[: ctx.n_clients].mean()) + embedding_bytes
+        bytes_down = self.download_bytes(rows) + 4 * self.n_semi  # the semi-hard item ids
+        return RoundStats(float(losses.mean()), ctx.n_clients, bytes_up, bytes_down, extra)
+
+    def problems(self, users: torch.Tensor, round_index: int, hard: torch.Tensor | None = None) -> list[LocalProblem]:
+        """Buckets of clients, each with its local negatives [B, P, n] then its semi-hard ones
+        repeated per positive [B, P, T], deduplicated into one local item table per client."""
+        env = self.env
+        sizes = env.train.sizes(users)
+        out = []
+        for index in bucketize(sizes, env.sim.buckets, env.sim.max_slots, 1 + self.num_negatives,
+                               env.sim.min_bucket_clients):
+            batch = env.train.client_batch(users[index])
+            B, P = batch.pos.shape
+            parts = []
+            if self.n_local:
+                parts.append(self.local_negatives(batch, round_index))
+            if hard is not None:
+                parts.append(hard[index].unsqueeze(1).expand(B, P, -1))
+            negatives = torch.cat(parts, -1) if parts else None
+            out.append(local_problem(batch, negatives, env.n_items))
+        return out
+
+    def local_negatives(self, batch, round_index: int) -> torch.Tensor:
+        """[B, P, n]: for each positive, n picks (with replacement) from the client's fixed store."""
+        cfg, env = self.config, self.env
+        store = sample_client_negatives(batch.users, batch.pos, batch.pos_mask, cfg.local_store, env.n_items,
+                                        derive_seed(env.sim.seed, "local-store"))  # [B, S], same every round
+        B, P = batch.pos.shape
+        seed = derive_seed(env.sim.seed, "local-picks", round_index)
+        user = batch.users.repeat_interleave(P * self.n_local)
+        position = torch.arange(P * self.n_local, device=user.device).repeat(B)
+        picks = hashrng.randint(seed, [user, position], cfg.local_store).view(B, P * self.n_local)
+        return store.gather(1, picks).view(B, P, self.n_local)
+
+    def client_step(self, problem: LocalProblem) -> tuple[Uploads, torch.Tensor, torch.Tensor]:
+        users = problem.batch.users
+        item0 = self.public.item[problem.items]  # [B, Lu, di]
+
+        def loss_fn(user, item, net):
+            return self.local_loss(problem, user, item, net)
+
+        result = train_local(self.env.backbone, problem, self.private.user[users], item0, self.public.net,
+                             self.config.optimizer, self.env.sim.local_epochs, loss_fn)
+        client, slot = problem.item_mask.nonzero(as_tuple=True)  # [R], [R]
+        uploads = Uploads(users.numel(), client, problem.items[client, slot], result.item_delta[client, slot],
+                          result.net_delta, problem.weight)
+        return uploads, result.user, result.loss
+
+    def local_loss(self, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
+                   net: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Eq. 1 for every client of the bucket, scored with each client's local copies → [B]."""
+        backbone = self.env.backbone
+        B, Lu, di = item_table.shape
+        P = problem.pos_slot.shape[1]
+        base = torch.arange(B, device=user.device).unsqueeze(1) * Lu
+        flat_table = item_table.reshape(B * Lu, di)
+        slots = [problem.pos_slot]
+        if self.n_local:
+            slots.append(problem.neg_slot[:, :, : self.n_local].reshape(B, -1))
+        if self.n_semi:
+            semi_slot = problem.neg_slot[:, 0, self.n_local:]  # [B, T] the same for every positive
+            slots.append(semi_slot)
+        scores = backbone.score(user, gather_rows(flat_table, torch.cat(slots, 1) + base), net)  # [B, S]
+        pos = scores[:, :P]
+        local = scores[:, P: P + P * self.n_local].view(B, P, self.n_local) if self.n_local else None
+        semi = scores[:, P + P * self.n_local:] if self.n_semi else None
+        semi_valid = None
+        if self.n_semi and self.config.exclude_positives:
+            mask = problem.batch.pos_mask
+            is_positive = torch.zeros(B, Lu, dtype=torch.bool, device=user.device)
+            owner = torch.arange(B, device=user.device).unsqueeze(1).expand(B, P)
+            is_positive[owner[mask], problem.pos_slot[mask]] = True
+            semi_valid = ~is_positive.gather(1, semi_slot)  # [B, T]
+        return mixup_loss(pos, problem.batch.pos_mask, local, semi, semi_valid, None)
+
+    # -- state -------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        state = {**super().state_dict(), "embedding_uploads": self.embedding_uploads}
+        if self.hard_server is not None:
+            state["hard_server"] = self.hard_server.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.embedding_uploads.copy_(state["embedding_uploads"])
+        if self.hard_server is not None:
+            self.hard_server.load_state_dict(state["hard_server"])

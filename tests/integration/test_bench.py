@@ -1,0 +1,34 @@
+"""The benchmark script runs end to end on its tiny synthetic variant and writes its tables.
+(Timings are never asserted; the loop-vs-vectorized agreement it prints is.)"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration
+
+
+def test_bench_tiny_runs_every_workload(tmp_path):
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--tiny", "--rounds", "1",
+                             "--loop-rounds", "1", "--out", str(tmp_path)],
+                            capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in ("w0", "w1", "w2", "w3", "w4", "w5"):
+        assert (tmp_path / f"{name}.md").exists() and (tmp_path / f"{name}.csv").exists()
+    assert (tmp_path / "w5.png").exists()
+    # every training workload checked the loop against the general path before timing it
+    diffs = [float(d) for d in re.findall(r"max \|Δ item\| = ([0-9.e+-]+)", result.stdout)]
+    assert len(diffs) == 4 and max(diffs) < 1e-4
+    assert "vs loop" in (tmp_path / "w0.md").read_text()
+
+
+def test_bench_rejects_unknown_workloads(tmp_path):
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--workloads", "w9",
+                             "--out", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 2 and "unknown w9" in result.stderr

@@ -1,0 +1,208 @@
+"""FedCL: clustering and retrieval against brute force, semi-hard draws, the Eq. 1 mix-up loss
+against a direct per-client computation, config errors, and the server seeing uploads only."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from sklearn.cluster import AgglomerativeClustering
+
+from fedrun.errors import ConfigError
+from fedrun.retrieval.cluster import cluster
+from fedrun.retrieval.search import faiss_available, top_k_inner_product, top_k_scores
+from tests.conftest import make_method
+from tests.test_privacy_boundary import Poison, PrivacyViolation, reachable
+
+FEDCL = ["method=fedcl", "backbone=mf", "privacy=ldp", "method.n_clusters=5", "method.recluster_every=2"]
+
+
+def blobs(n=300, d=8, k=4, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    centers = torch.randn(k, d, generator=gen, dtype=torch.float64) * 5
+    label = torch.arange(n) % k
+    return centers[label] + torch.randn(n, d, generator=gen, dtype=torch.float64), label
+
+
+def brute_centroids(points, assign):
+    return torch.stack([points[assign == c].mean(0) for c in range(int(assign.max()) + 1)])
+
+
+@pytest.mark.parametrize("method", ["ward", "kmeans"])
+def test_clusters_are_partitions_with_member_mean_centroids(method):
+    points, _ = blobs()
+    found = cluster(points, method, 4, seed=0)
+    assert found.assign.shape == (300,) and int(found.assign.max()) == 3
+    assert torch.allclose(found.centroids, brute_centroids(points, found.assign))
+
+
+def test_ward_equals_scikit_learn_ward():
+    points, label = blobs(seed=1)
+    found = cluster(points, "ward", 4, seed=0)
+    reference = AgglomerativeClustering(n_clusters=4, linkage="ward").fit_predict(points.numpy())
+    assert np.array_equal(found.assign.numpy(), reference)
+    # well-separated blobs are recovered exactly (up to the label permutation)
+    assert len({(int(a), int(b)) for a, b in zip(found.assign, label)}) == 4
+
+
+def test_ward_on_a_kmeans_preaggregation_above_the_limit():
+    points, label = blobs(n=400, seed=2)
+    found = cluster(points, "ward", 4, seed=0, ward_max_points=100, pre_clusters=50)
+    assert int(found.assign.max()) == 3
+    assert torch.allclose(found.centroids, brute_centroids(points, found.assign))
+    assert len({(int(a), int(b)) for a, b in zip(found.assign, label)}) == 4
+
+
+def test_no_clustering_and_fewer_points_than_clusters_keep_each_point():
+    points, _ = blobs(n=10)
+    for method in ("none", "ward"):
+        found = cluster(points, method, 25, seed=0)
+        assert torch.equal(found.assign, torch.arange(10)) and torch.equal(found.centroids, points)
+
+
+def brute_top_k(queries, items, k):
+    scores = (queries.double() @ items.double().T).numpy()
+    return [set(np.argsort(-row, kind="stable")[:k].tolist()) for row in scores]
+
+
+@pytest.mark.parametrize("engine", ["torch", pytest.param("faiss", marks=pytest.mark.skipif(
+    not faiss_available(), reason="faiss not installed"))])
+def test_inner_product_search_matches_brute_force(engine):
+    gen = torch.Generator().manual_seed(3)
+    queries, items = torch.randn(25, 16, generator=gen), torch.randn(3000, 16, generator=gen)
+    found = top_k_inner_product(queries, items, 750, engine)
+    assert found.shape == (25, 750)
+    assert torch.equal(found, found.sort(1).values)  # a set, sorted by id
+    assert [set(row.tolist()) for row in found] == brute_top_k(queries, items, 750)
+
+
+def test_score_based_search_is_the_top_k_set():
+    scores = torch.tensor([[0.1, 0.9, 0.5, 0.7], [1.0, -1.0, 0.0, 2.0]])
+    assert top_k_scores(scores, 2).tolist() == [[1, 3], [0, 3]]
+
+
+def test_semi_hard_negatives_come_from_each_users_centroid_hard_set():
+    method, env = make_method(FEDCL + ["method.semi_hard=6", "method.hard_ratio=0.25"])
+    server = method.hard_server
+    users = method.sampler.users(0)
+    server.receive(method.upload_embeddings(users, 0), 0)
+    negatives = server.negatives(users, method.public, 0)
+    k = math.ceil(0.25 * env.n_items)
+    queries, query_of = server.queries(users)
+    full = (queries @ method.public.item.T).double()
+    for b in range(users.numel()):
+        hard = set(torch.argsort(full[query_of[b]], descending=True)[:k].tolist())
+        row = negatives[b].tolist()
+        assert len(set(row)) == 6 and set(row) <= hard
+    hardest = method.hard_server.config.__class__(**{**vars(server.config), "hardest": True})
+    server.config = hardest
+    top = server.negatives(users, method.public, 0)
+    assert torch.equal(top, full.topk(6, dim=1).indices[query_of])
+
+
+def direct_loss(method, env, user, item_table, net, batch, negatives, hard):
+    """Eq. 1 for one client from item ids, without local tables: −mean_j log softmax."""
+    backbone = env.backbone
+    pos = batch["pos"]
+    positive_set = set(pos.tolist())
+    semi = [i for i in hard.tolist() if i not in positive_set]
+    total = 0.0
+    for j, p in enumerate(pos.tolist()):
+        items = [p, *negatives[j].tolist(), *semi]
+        scores = backbone.score(user[None], item_table[torch.tensor(items)][None], net)[0]
+        total = total + (torch.logsumexp(scores, 0) - scores[0])
+    return total / len(pos)
+
+
+def test_mixup_loss_equals_a_direct_per_client_computation():
+    method, env = make_method(FEDCL + ["method.semi_hard=8", "sim.clients_per_round=8"])
+    users = method.sampler.users(0)
+    server = method.hard_server
+    server.receive(method.upload_embeddings(users, 0), 0)
+    hard = server.negatives(users, method.public, 0)
+    problems = method.problems(users, 0, hard)
+    hard_of = {int(u): hard[b] for b, u in enumerate(users)}
+    checked = 0
+    for problem in problems:
+        batch = problem.batch
+        item_table = method.public.item[problem.items]
+        losses = method.local_loss(problem, method.private.user[batch.users], item_table, method.public.net)
+        local = method.local_negatives(batch, 0)  # [B, P, n]
+        for b in range(batch.size):
+            mask = batch.pos_mask[b]
+            expected = direct_loss(method, env, method.private.user[batch.users[b]], method.public.item,
+                                   method.public.net, {"pos": batch.pos[b][mask]}, local[b][mask],
+                                   hard_of[int(batch.users[b])])
+            assert float(losses[b]) == pytest.approx(float(expected), rel=1e-5)
+            checked += 1
+    assert checked == users.numel()
+
+
+def test_local_store_is_fixed_per_user_and_excludes_positives():
+    method, env = make_method(FEDCL)
+    users = method.sampler.users(0)
+    batch = env.train.client_batch(users)
+    first, later = method.local_negatives(batch, 0), method.local_negatives(batch, 5)
+    assert not torch.equal(first, later)  # picks are redrawn each round ...
+    for b in range(batch.size):
+        positives = set(batch.pos[b][batch.pos_mask[b]].tolist())
+        store = set(first[b].reshape(-1).tolist()) | set(later[b].reshape(-1).tolist())
+        assert len(store) <= method.config.local_store  # ... from one fixed store of 100 items
+        assert not store & positives
+
+
+def test_fedcl_learns_on_synthetic_data():
+    method, env = make_method(FEDCL + ["sim.clients_per_round=16"])
+    losses = [method.train_round(r).loss for r in range(40)]
+    assert np.mean(losses[-5:]) < np.mean(losses[:5])
+    assert int(method.embedding_uploads.sum()) == sum(method.sampler.users(r).numel() for r in range(40))
+
+
+def test_hard_negative_server_sees_uploads_only():
+    method, env = make_method(FEDCL)
+    server = method.hard_server
+    saved = (env.train, method.private)
+    for r in range(3):
+        users = method.sampler.users(r)
+        uploads = method.upload_embeddings(users, r)
+        env.train, method.private = Poison("ClientStore"), Poison("PrivateParams")
+        try:
+            server.receive(uploads, r)
+            server.negatives(users, method.public, r)
+        finally:
+            env.train, method.private = saved
+    private_storage = method.private.user.untyped_storage().data_ptr()
+    held = [t for t in reachable(server) if isinstance(t, torch.Tensor)]
+    assert held and all(t.untyped_storage().data_ptr() != private_storage for t in held)
+    assert not any(obj is env.train or obj is method.private for obj in reachable(server))
+    # negative control: the poison would have caught a server reading client data
+    env.train = Poison("ClientStore")
+    try:
+        with pytest.raises(PrivacyViolation):
+            _ = env.train.items
+    finally:
+        env.train = saved[0]
+
+
+def test_uploaded_embeddings_are_perturbed_under_ldp():
+    method, _ = make_method(FEDCL)
+    users = method.sampler.users(0)
+    uploads = method.upload_embeddings(users, 0)
+    assert not torch.allclose(uploads.vectors, method.private.user[users])
+    l1 = (uploads.vectors - method.private.user[users]).abs().sum(1)
+    assert float(l1.mean()) > 1.0  # Laplace(0.5) noise in 32 dims: E‖n‖₁ = 16
+
+
+@pytest.mark.parametrize("overrides,field", [
+    (FEDCL + ["method.in_batch=on"], "method.in_batch"),
+    (FEDCL + ["method.n_clusters=1000"], "method.n_clusters"),
+    (FEDCL + ["method.semi_hard=0", "method.local_negatives=0", "privacy=none"], "method.semi_hard"),
+    (["method=fedavg", "privacy=ldp"], "privacy.targets"),  # LDP on an embedding fedavg never uploads
+    (FEDCL + ["method.semi_hard=0"], "privacy.targets"),  # the "+Fed" row uploads no embedding either
+    (FEDCL + ["privacy.epsilon=0"], "privacy.epsilon"),
+])
+def test_bad_fedcl_settings_are_named_before_training(overrides, field):
+    with pytest.raises(ConfigError, match=field):
+        make_method(overrides)

@@ -1,0 +1,91 @@
+"""LDP mechanism: the clip bound holds for every norm, and the noise has the scale ε asks for
+(statistical tests with fixed seeds)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from fedrun.errors import ConfigError
+from fedrun.privacy.ldp import LDP, LDPConfig, clip_rows, noise_scale
+from fedrun.types import Uploads
+
+ORDERS = {"l1": 1.0, "l2": 2.0, "linf": math.inf}
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(norm=st.sampled_from(list(ORDERS)), bound=st.floats(0.01, 10.0), scale=st.floats(1e-3, 1e3),
+       dim=st.integers(1, 64), seed=st.integers(0, 2**16))
+def test_clip_bound_holds_and_small_rows_are_untouched(norm, bound, scale, dim, seed):
+    rows = torch.randn(32, dim, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * scale
+    clipped = clip_rows(rows, norm, bound)
+    size = torch.linalg.vector_norm(clipped, ord=ORDERS[norm], dim=1)
+    assert (size <= bound * (1 + 1e-9)).all()
+    inside = torch.linalg.vector_norm(rows, ord=ORDERS[norm], dim=1) <= bound
+    assert torch.equal(clipped[inside], rows[inside])
+    # clipping only rescales: the direction is kept
+    cos = torch.nn.functional.cosine_similarity(clipped, rows, dim=1)
+    assert torch.allclose(cos, torch.ones_like(cos), atol=1e-9)
+
+
+def test_fedcl_calibration_is_laplace_two_delta_over_epsilon():
+    assert noise_scale(LDPConfig(epsilon=4.0, clip=1.0, norm="l1"), dim=64) == pytest.approx(0.5)
+    assert noise_scale(LDPConfig(epsilon=1.0, clip=0.5, norm="l1"), dim=64) == pytest.approx(1.0)
+    # other norms pay the L1 sensitivity of their ball: √d (L2) and d (L∞)
+    assert noise_scale(LDPConfig(epsilon=2.0, clip=1.0, norm="l2"), dim=16) == pytest.approx(2 * 4 / 2)
+    assert noise_scale(LDPConfig(epsilon=2.0, clip=1.0, norm="linf"), dim=16) == pytest.approx(2 * 16 / 2)
+    gauss = noise_scale(LDPConfig(epsilon=1.0, clip=1.0, norm="l2", mechanism="gaussian", delta=1e-5), dim=8)
+    assert gauss == pytest.approx(2 * math.sqrt(2 * math.log(1.25e5)))
+
+
+@pytest.mark.parametrize("epsilon", [0.5, 4.0, 16.0])
+def test_laplace_noise_matches_its_distribution(epsilon):
+    mechanism = LDP(LDPConfig(epsilon=epsilon))
+    zeros = torch.zeros(4000, 50, dtype=torch.float64)
+    noise = mechanism.perturb(zeros, torch.Generator().manual_seed(7)).reshape(-1)
+    scale = 2 * 1.0 / epsilon
+    assert stats.kstest(noise.numpy(), "laplace", args=(0, scale)).pvalue > 0.01
+    assert float(noise.abs().mean()) == pytest.approx(scale, rel=0.02)  # E|X| = b
+    # a mis-calibrated scale (off by 10%) is rejected by the same test: the check has power
+    assert stats.kstest(noise.numpy(), "laplace", args=(0, 1.1 * scale)).pvalue < 1e-6
+
+
+def test_gaussian_noise_matches_its_distribution():
+    config = LDPConfig(epsilon=1.0, mechanism="gaussian", norm="l2")
+    noise = LDP(config).perturb(torch.zeros(4000, 50, dtype=torch.float64), torch.Generator().manual_seed(3))
+    sigma = noise_scale(config, 50)
+    assert stats.kstest(noise.reshape(-1).numpy(), "norm", args=(0, sigma)).pvalue > 0.01
+
+
+def test_perturbed_vectors_are_clipped_plus_zero_mean_noise():
+    mechanism = LDP(LDPConfig(epsilon=8.0, clip=1.0))
+    vectors = torch.randn(20000, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 3
+    out = mechanism.perturb(vectors, torch.Generator().manual_seed(2))
+    clipped = clip_rows(vectors, "l1", 1.0)
+    assert float((out - clipped).mean()) == pytest.approx(0.0, abs=0.01)
+    assert not torch.equal(out, clipped)
+
+
+def test_targets_decide_what_is_perturbed():
+    gen = torch.Generator().manual_seed(0)
+    embedding_only = LDP(LDPConfig())
+    uploads = Uploads(2, torch.tensor([0, 1]), torch.tensor([3, 4]), torch.ones(2, 4))
+    assert embedding_only.apply(uploads, gen) is uploads
+    assert not embedding_only.transforms_uploads
+    rows_only = LDP(LDPConfig(targets=["item_rows"]))
+    assert rows_only.transforms_uploads
+    assert not torch.equal(rows_only.apply(uploads, gen).row_delta, uploads.row_delta)
+    vectors = torch.ones(3, 4)
+    assert rows_only.privatize_embeddings(vectors, gen) is vectors
+
+
+@pytest.mark.parametrize("field,value", [("epsilon", 0.0), ("epsilon", -1.0), ("clip", 0.0), ("norm", "l3"),
+                                         ("mechanism", "exponential"), ("delta", 1.0), ("targets", ["gradients"])])
+def test_bad_ldp_values_are_named(field, value):
+    with pytest.raises(ConfigError, match=field):
+        LDPConfig(**{field: value})
