@@ -49,7 +49,7 @@ def test_ward_equals_scikit_learn_ward():
 
 def test_ward_on_a_kmeans_preaggregation_above_the_limit():
     points, label = blobs(n=400, seed=2)
-    found = cluster(points, "ward", 4, seed=0, ward_max_points=100, pre_clusters=50)
+    found = cluster(points, "ward", 4, seed=2**63 - 25, ward_max_points=100, pre_clusters=50)  # 64-bit seeds ok
     assert int(found.assign.max()) == 3
     assert torch.allclose(found.centroids, brute_centroids(points, found.assign))
     assert len({(int(a), int(b)) for a, b in zip(found.assign, label)}) == 4

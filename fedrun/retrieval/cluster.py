@@ -29,8 +29,9 @@ class Clusters:
 
 def cluster(points: torch.Tensor, method: str, n_clusters: int, seed: int, ward_max_points: int = 5000,
             pre_clusters: int = 1000) -> Clusters:
-    """points [N, d] → Clusters. Deterministic for a fixed seed."""
+    """points [N, d] → Clusters. Deterministic for a fixed seed (any int; scikit-learn takes 32 bits)."""
     n = points.shape[0]
+    seed %= 2**32
     if method == "none" or n <= n_clusters:
         return Clusters(torch.arange(n, device=points.device), points.clone())
     data = points.detach().cpu().numpy().astype(np.float64)
