@@ -112,7 +112,7 @@ class FedCL(FederatedMethod):
         check(config.semi_hard + config.local_negatives > 0 or self.in_batch, "method.semi_hard", config.semi_hard,
               "> 0, or local_negatives > 0, or in-batch negatives: the softmax needs negatives")
         self.n_local, self.n_semi = config.local_negatives, config.semi_hard
-        self.num_negatives = self.n_local + self.n_semi  # slots per positive, for bucketing
+        self.num_negatives = self.n_local  # slots per positive beyond itself, for bucketing
         self.hard_server = None
         if self.n_semi:
             n_clients = int(env.clients_with_data().numel())
@@ -169,22 +169,16 @@ class FedCL(FederatedMethod):
         return RoundStats(float(losses.mean()), ctx.n_clients, bytes_up, bytes_down, extra)
 
     def problems(self, users: torch.Tensor, round_index: int, hard: torch.Tensor | None = None) -> list[LocalProblem]:
-        """Buckets of clients, each with its local negatives [B, P, n] then its semi-hard ones
-        repeated per positive [B, P, T], deduplicated into one local item table per client."""
+        """Buckets of clients, each with its local negatives per positive [B, P, n] and the
+        semi-hard negatives the server sent it [B, T], deduplicated into one local item table."""
         env = self.env
         sizes = env.train.sizes(users)
         out = []
         for index in bucketize(sizes, env.sim.buckets, env.sim.max_slots, 1 + self.num_negatives,
                                env.sim.min_bucket_clients):
             batch = env.train.client_batch(users[index])
-            B, P = batch.pos.shape
-            parts = []
-            if self.n_local:
-                parts.append(self.local_negatives(batch, round_index))
-            if hard is not None:
-                parts.append(hard[index].unsqueeze(1).expand(B, P, -1))
-            negatives = torch.cat(parts, -1) if parts else None
-            out.append(local_problem(batch, negatives, env.n_items))
+            local = self.local_negatives(batch, round_index) if self.n_local else None
+            out.append(local_problem(batch, local, env.n_items, None if hard is None else hard[index]))
         return out
 
     def local_negatives(self, batch, round_index: int) -> torch.Tensor:
@@ -223,10 +217,9 @@ class FedCL(FederatedMethod):
         flat_table = item_table.reshape(B * Lu, di)
         slots = [problem.pos_slot]
         if self.n_local:
-            slots.append(problem.neg_slot[:, :, : self.n_local].reshape(B, -1))
+            slots.append(problem.neg_slot.reshape(B, -1))
         if self.n_semi:
-            semi_slot = problem.neg_slot[:, 0, self.n_local:]  # [B, T] the same for every positive
-            slots.append(semi_slot)
+            slots.append(problem.extra_slot)  # [B, T]
         scores = backbone.score(user, gather_rows(flat_table, torch.cat(slots, 1) + base), net)  # [B, S]
         pos = scores[:, :P]
         local = scores[:, P: P + P * self.n_local].view(B, P, self.n_local) if self.n_local else None
@@ -237,7 +230,7 @@ class FedCL(FederatedMethod):
             is_positive = torch.zeros(B, Lu, dtype=torch.bool, device=user.device)
             owner = torch.arange(B, device=user.device).unsqueeze(1).expand(B, P)
             is_positive[owner[mask], problem.pos_slot[mask]] = True
-            semi_valid = ~is_positive.gather(1, semi_slot)  # [B, T]
+            semi_valid = ~is_positive.gather(1, problem.extra_slot)  # [B, T]
         return mixup_loss(pos, problem.batch.pos_mask, local, semi, semi_valid, None)
 
     # -- state -------------------------------------------------------------------------------

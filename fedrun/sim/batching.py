@@ -45,18 +45,29 @@ class LocalProblem:
     item_mask: torch.Tensor  # [B, Lu] bool
     pos_slot: torch.Tensor  # [B, P] index into items[b]
     neg_slot: torch.Tensor | None  # [B, P, n] index into items[b]
+    extra_slot: torch.Tensor | None = None  # [B, T] index into items[b]: per-client items (not per positive)
 
     @property
     def weight(self) -> torch.Tensor:
         return self.batch.n_pos().to(torch.float32)  # [B]
 
 
-def local_problem(batch: ClientBatch, negatives: torch.Tensor | None, n_items: int) -> LocalProblem:
-    """Deduplicate each client's (positives ∪ negatives) into a local item table."""
+def local_problem(batch: ClientBatch, negatives: torch.Tensor | None, n_items: int,
+                  extra: torch.Tensor | None = None) -> LocalProblem:
+    """Deduplicate each client's (positives ∪ negatives ∪ extra) into a local item table.
+
+    negatives [B, P, n] belong to each positive; extra [B, T] to the client as a whole (e.g.
+    items the server sent it), each listed once instead of once per positive.
+    """
     B, P = batch.pos.shape
-    touched = batch.pos if negatives is None else torch.cat([batch.pos, negatives.reshape(B, -1)], 1)  # [B, M]
-    valid = batch.pos_mask if negatives is None else torch.cat(
-        [batch.pos_mask, batch.pos_mask.unsqueeze(-1).expand_as(negatives).reshape(B, -1)], 1)
+    touched, valid = [batch.pos], [batch.pos_mask]
+    if negatives is not None:
+        touched.append(negatives.reshape(B, -1))
+        valid.append(batch.pos_mask.unsqueeze(-1).expand_as(negatives).reshape(B, -1))
+    if extra is not None:
+        touched.append(extra)
+        valid.append(torch.ones_like(extra, dtype=torch.bool))
+    touched, valid = torch.cat(touched, 1), torch.cat(valid, 1)  # [B, M]
     client = torch.arange(B, device=touched.device).unsqueeze(1).expand_as(touched)
     sentinel = B * n_items  # sorts after every real key
     key = torch.where(valid, client * n_items + touched, torch.full_like(touched, sentinel))
@@ -72,5 +83,7 @@ def local_problem(batch: ClientBatch, negatives: torch.Tensor | None, n_items: i
     items[owner[real], slot_of_uniq[real]] = item[real]
     item_mask[owner[real], slot_of_uniq[real]] = True
     slots = torch.where(valid, slot_of_uniq[inverse], torch.zeros_like(inverse))  # [B, M]
-    neg_slot = None if negatives is None else slots[:, P:].reshape(negatives.shape)
-    return LocalProblem(batch, items, item_mask, slots[:, :P], neg_slot)
+    n_neg = 0 if negatives is None else negatives.shape[1] * negatives.shape[2]
+    neg_slot = None if negatives is None else slots[:, P:P + n_neg].reshape(negatives.shape)
+    extra_slot = None if extra is None else slots[:, P + n_neg:]
+    return LocalProblem(batch, items, item_mask, slots[:, :P], neg_slot, extra_slot)
