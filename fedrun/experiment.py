@@ -36,6 +36,7 @@ from fedrun.validate import check_run
 
 log = logging.getLogger("fedrun")
 GROUPS = ("dataset", "backbone", "method", "privacy", "attack", "defense", "eval", "track")
+PRESET_GROUPS = ("experiment", "row")  # +experiment=<paper>/<table> and its rows (conf/row/<paper>/)
 
 
 @dataclass
@@ -111,12 +112,15 @@ def build_run(cfg: DictConfig) -> Built:
 def run_record(b: Built, sweep: str | None, job: int | None) -> tuple[dict[str, Any], dict[str, str]]:
     """MLflow params (resolved config + run-time choices) and tags (digest, commit, seeds, options)."""
     p = b.plan
-    params = {**flatten(OmegaConf.to_container(p.cfg, resolve=True)),
+    config = OmegaConf.to_container(p.cfg, resolve=True)
+    config.pop("paper", None)  # a preset's published numbers: read by the report from the preset, not params
+    params = {**flatten(config),
               **{f"run.{k}": v for k, v in b.method.describe().items()},
               **{f"eval.{k}": v for k, v in b.evaluator.describe().items()}, "device": str(b.env.device)}
     tags = {"fedrun.dataset_digest": p.dataset.digest(), "fedrun.git_commit": git_commit(),
             "fedrun.seed": str(p.sim.seed), "fedrun.split_seed": str(p.dataset.config.split.seed),
-            **{f"fedrun.{g}": p.choices[g] for g in GROUPS if p.choices[g]}}
+            **{f"fedrun.{g}": p.choices[g] for g in GROUPS if p.choices[g]},
+            **{f"fedrun.{g}": v for g in PRESET_GROUPS if (v := OmegaConf.select(p.cfg, f"choices.{g}"))}}
     if sweep:
         tags.update({"fedrun.sweep": sweep, "fedrun.job": str(job)})
     return params, tags
@@ -202,7 +206,9 @@ def record_failure(cfg: DictConfig, err: Exception, sweep: str | None, job: int 
         tags = {f"fedrun.{g}": v for g, v in choices.items() if v}
         if sweep:
             tags.update({"fedrun.sweep": sweep, "fedrun.job": str(job)})
-        params = flatten(OmegaConf.to_container(cfg, resolve=False))
+        config = OmegaConf.to_container(cfg, resolve=False)
+        config.pop("paper", None)
+        params = flatten(config)
         tracker.start(experiment, " · ".join(f"{g}={choices[g]}" for g in ("method", "backbone", "dataset")),
                       params, tags)
         tracker.finish("FAILED", f"{type(err).__name__}: {err}")

@@ -206,3 +206,31 @@ def test_uploaded_embeddings_are_perturbed_under_ldp():
 def test_bad_fedcl_settings_are_named_before_training(overrides, field):
     with pytest.raises(ConfigError, match=field):
         make_method(overrides)
+
+
+def test_bil_loss_equals_a_direct_computation():
+    from fedrun.method.bil import spread_out
+
+    method, env = make_method(["method=bil", "backbone=mf", "method.spread_weight=0.5", "sim.clients_per_round=8"])
+    users = method.sampler.users(0)
+    for problem in method.problems(users, 0):
+        batch = problem.batch
+        table = method.public.item[problem.items]
+        losses = method.local_loss(problem, method.private.user[batch.users], table, method.public.net)
+        for b in range(batch.size):
+            pos = batch.pos[b][batch.pos_mask[b]]
+            user = method.private.user[batch.users[b]]
+            positive = torch.nn.functional.softplus(-(method.public.item[pos] @ user)).mean()
+            items = sorted(set(pos.tolist()))
+            pairs = [float(method.public.item[k] @ method.public.item[m]) ** 2 for k in items for m in items if k != m]
+            expected = float(positive) + 0.5 * (sum(pairs) / len(pairs) if pairs else 0.0)
+            assert float(losses[b]) == pytest.approx(expected, rel=1e-4)
+        direct = spread_out(table, problem.item_mask)
+        assert direct.shape == (batch.size,)
+
+
+def test_bil_learns_and_uploads_no_embedding():
+    method, _ = make_method(["method=bil", "backbone=ncf"])
+    losses = [method.train_round(r).loss for r in range(30)]
+    assert np.mean(losses[-5:]) < np.mean(losses[:5])
+    assert method.hard_server is None and int(method.embedding_uploads.sum()) == 0

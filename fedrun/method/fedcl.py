@@ -99,6 +99,7 @@ def mixup_loss(pos: torch.Tensor, mask: torch.Tensor, local: torch.Tensor | None
 
 class FedCL(FederatedMethod):
     Config = FedCLConfig
+    needs_negatives = True  # Eq. 1 is a softmax over the positive and its negatives
 
     def __init__(self, config: FedCLConfig, env, **components):
         super().__init__(config, env, **components)
@@ -109,7 +110,8 @@ class FedCL(FederatedMethod):
             raise ConfigError("method.in_batch", "on", f"off or auto for {type(backbone).__name__}: in-batch negatives "
                               "need a user representation that differs per positive (FedCL §3.2)")
         self.in_batch = config.in_batch == "on" or (config.in_batch == "auto" and sequential)
-        check(config.semi_hard + config.local_negatives > 0 or self.in_batch, "method.semi_hard", config.semi_hard,
+        check(not self.needs_negatives or config.semi_hard + config.local_negatives > 0 or self.in_batch,
+              "method.semi_hard", config.semi_hard,
               "> 0, or local_negatives > 0, or in-batch negatives: the softmax needs negatives")
         self.n_local, self.n_semi = config.local_negatives, config.semi_hard
         self.num_negatives = self.n_local  # slots per positive beyond itself, for bucketing

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from fedrun.cli import config_dir
+from fedrun.report.paper import beside_paper, preset_paper
 from fedrun.report.table import markdown
 from fedrun.track.mlflow import default_uri, experiment_id
 
@@ -87,19 +89,27 @@ def main(argv: list[str] | None = None) -> int:
     failed = frame[frame["status"] != "FINISHED"]
     failed_lines = [f"- {r.run_id} {r.status}: {r.reason or 'no reason recorded'}" for r in failed.itertuples()]
     text = f"# {args.experiment}: mean ± std over seeds\n\n{table}\n"
-    if failed_lines:
-        text += f"\n## Runs that did not finish ({len(failed_lines)})\n\n" + "\n".join(failed_lines) + "\n"
     out = Path(args.out) / args.experiment
     out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows, columns=header).to_csv(out / "report.csv", index=False)
+    files = [out / "report.csv", out / "report.md"]
+    presets = frame["param:choices.experiment"].dropna().unique() if "param:choices.experiment" in frame else []
+    paper = preset_paper(str(presets[0]), Path(config_dir())) if len(presets) == 1 else None
+    if paper is not None:
+        paper_header, paper_rows = beside_paper(frame[frame["status"] == "FINISHED"], paper)
+        text += f"\n## Beside the paper ({presets[0]})\n\n{markdown(paper_header, paper_rows)}\n"
+        pd.DataFrame(paper_rows, columns=paper_header).to_csv(out / "paper.csv", index=False)
+        files.append(out / "paper.csv")
+    if failed_lines:
+        text += f"\n## Runs that did not finish ({len(failed_lines)})\n\n" + "\n".join(failed_lines) + "\n"
     (out / "report.md").write_text(text)
     run = client.create_run(experiment_id(client, args.experiment), run_name="report",
                             tags={"fedrun.kind": "report", "mlflow.runName": "report"})
-    client.log_artifact(run.info.run_id, str(out / "report.csv"))
-    client.log_artifact(run.info.run_id, str(out / "report.md"))
+    for path in files:
+        client.log_artifact(run.info.run_id, str(path))
     client.set_terminated(run.info.run_id)
     print(text)
-    print(f"written: {out / 'report.md'}, {out / 'report.csv'}")
+    print("written: " + ", ".join(str(path) for path in files))
     return 0
 
 
