@@ -54,7 +54,7 @@ from fedrun.types import EmbeddingUploads, RoundContext, Uploads
 
 @dataclass
 class FedCLConfig(HardNegativeConfig):
-    optimizer: ClientOptimizer = field(default_factory=lambda: ClientOptimizer("sgd", 1.0))
+    optimizer: ClientOptimizer = field(default_factory=lambda: ClientOptimizer("sgd", 10.0))
     server_optimizer: ServerOptimizerConfig = field(default_factory=lambda: ServerOptimizerConfig("adam", 1e-3))
     local_store: int = 100  # simulated local negative store per client
     local_negatives: int = 10  # local negatives per positive, drawn from the store
