@@ -45,6 +45,7 @@ from fedrun.method.server import OptimizerServer, Server
 from fedrun.retrieval.hard_negatives import HardNegativeConfig, HardNegativeServer
 from fedrun.sim import hashrng
 from fedrun.sim.batching import LocalProblem, bucketize, local_problem
+from fedrun.sim.guards import check_finite
 from fedrun.sim.local import ClientOptimizer, train_local
 from fedrun.sim.rows import gather_rows
 from fedrun.sim.seeding import derive_seed, generator
@@ -163,7 +164,8 @@ class FedCL(FederatedMethod):
                 extra["epsilon_spent_max"] = float(self.embedding_uploads.max()) * epsilon
         problems = self.problems(users, round_index, hard)
         uploads, losses = self.client_phase(problems, ctx)
-        aggregate = self.defense.aggregate(uploads)
+        aggregate = self.defense.aggregate(uploads)  # server phase: uploads only
+        check_finite(aggregate.item_delta, f"the aggregate (defense={type(self.defense).__name__})", round_index)
         self.server.step(aggregate, ctx)
         rows = torch.cat([p.item_mask.sum(1) for p in problems])
         bytes_up = float(uploads.nbytes_per_client()[: ctx.n_clients].mean()) + embedding_bytes
