@@ -109,12 +109,18 @@ def build_run(cfg: DictConfig) -> Built:
     return Built(p, env, method, evaluator, label)
 
 
+def config_params(cfg: DictConfig, resolve: bool) -> dict[str, Any]:
+    """The config as flat MLflow params, without a preset's published numbers (``paper:``, which the
+    report reads from the preset itself)."""
+    config = OmegaConf.to_container(cfg, resolve=resolve)
+    config.pop("paper", None)
+    return flatten(config)
+
+
 def run_record(b: Built, sweep: str | None, job: int | None) -> tuple[dict[str, Any], dict[str, str]]:
     """MLflow params (resolved config + run-time choices) and tags (digest, commit, seeds, options)."""
     p = b.plan
-    config = OmegaConf.to_container(p.cfg, resolve=True)
-    config.pop("paper", None)  # a preset's published numbers: read by the report from the preset, not params
-    params = {**flatten(config),
+    params = {**config_params(p.cfg, resolve=True),
               **{f"run.{k}": v for k, v in b.method.describe().items()},
               **{f"eval.{k}": v for k, v in b.evaluator.describe().items()}, "device": str(b.env.device)}
     tags = {"fedrun.dataset_digest": p.dataset.digest(), "fedrun.git_commit": git_commit(),
@@ -206,9 +212,7 @@ def record_failure(cfg: DictConfig, err: Exception, sweep: str | None, job: int 
         tags = {f"fedrun.{g}": v for g, v in choices.items() if v}
         if sweep:
             tags.update({"fedrun.sweep": sweep, "fedrun.job": str(job)})
-        config = OmegaConf.to_container(cfg, resolve=False)
-        config.pop("paper", None)
-        params = flatten(config)
+        params = config_params(cfg, resolve=False)
         tracker.start(experiment, " · ".join(f"{g}={choices[g]}" for g in ("method", "backbone", "dataset")),
                       params, tags)
         tracker.finish("FAILED", f"{type(err).__name__}: {err}")

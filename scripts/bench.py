@@ -25,6 +25,7 @@ CSV (and W5 PNGs) to ``--out`` and prints the tables.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import subprocess
@@ -248,7 +249,7 @@ def point(args, overrides: list[str], value: int) -> tuple[int, float, float, in
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise SystemExit(f"W5 point {overrides} failed:\n{result.stderr[-3000:]}")
-    seconds, rss, clients = __import__("json").loads(result.stdout.strip().splitlines()[-1])
+    seconds, rss, clients = json.loads(result.stdout.strip().splitlines()[-1])
     return value, seconds, rss, clients
 
 

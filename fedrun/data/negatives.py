@@ -49,6 +49,14 @@ def sample_negatives(users: torch.Tensor, count: int, n_items: int, positive_key
     return _rejection(seed, ids, position, owner, positive_keys, n_items, n_items).view(-1, count)
 
 
+def _batch_keys(pos: torch.Tensor, pos_mask: torch.Tensor, n_items: int) -> tuple[torch.Tensor, int]:
+    """pos [B, P] → the sorted keys ``b * stride + item`` of every client's positives, and the stride.
+    Padding becomes item id ``n_items``, which no draw takes."""
+    stride = n_items + 1
+    rows = torch.sort(torch.where(pos_mask, pos, torch.full_like(pos, n_items)), dim=1).values  # [B, P]
+    return (rows + torch.arange(pos.shape[0], device=pos.device).unsqueeze(1) * stride).reshape(-1), stride
+
+
 def sample_batch_negatives(users: torch.Tensor, pos: torch.Tensor, pos_mask: torch.Tensor, n_neg: int,
                            n_items: int, seed: int) -> torch.Tensor:
     """pos [B, P] (a padded client batch) → [B, P, n_neg] items that are not the client's positives.
@@ -57,9 +65,7 @@ def sample_batch_negatives(users: torch.Tensor, pos: torch.Tensor, pos_mask: tor
     exclude come from the batch alone, so a round never touches the whole store.
     """
     B, P = pos.shape
-    stride = n_items + 1  # padding uses item id n_items, which no draw takes
-    rows = torch.sort(torch.where(pos_mask, pos, torch.full_like(pos, n_items)), dim=1).values  # [B, P]
-    keys = (rows + torch.arange(B, device=pos.device).unsqueeze(1) * stride).reshape(-1)  # sorted
+    keys, stride = _batch_keys(pos, pos_mask, n_items)
     owner = torch.arange(B, device=pos.device).repeat_interleave(P * n_neg)
     position = torch.arange(P * n_neg, device=pos.device).repeat(B)
     return _rejection(seed, users[owner], position, owner, keys, stride, n_items).view(B, P, n_neg)
@@ -70,10 +76,8 @@ def sample_client_negatives(users: torch.Tensor, pos: torch.Tensor, pos_mask: to
     """pos [B, P] (a padded client batch) → [B, count] items per client that are not its positives,
     drawn with replacement; draw k of a user is keyed by (seed, user, k) alone, so the same seed
     gives a user the same items in every round (e.g. a simulated local negative store)."""
-    B, P = pos.shape
-    stride = n_items + 1
-    rows = torch.sort(torch.where(pos_mask, pos, torch.full_like(pos, n_items)), dim=1).values  # [B, P]
-    keys = (rows + torch.arange(B, device=pos.device).unsqueeze(1) * stride).reshape(-1)
+    B = pos.shape[0]
+    keys, stride = _batch_keys(pos, pos_mask, n_items)
     owner = torch.arange(B, device=pos.device).repeat_interleave(count)
     position = torch.arange(count, device=pos.device).repeat(B)
     return _rejection(seed, users[owner], position, owner, keys, stride, n_items).view(B, count)

@@ -80,8 +80,7 @@ class Synthetic(Dataset):
             rows = slice(start, min(start + chunk, cfg.n_users))
             logits = log_pop[None, :] + user_f[rows] @ item_f.T / cfg.temperature  # [c, I]
             gumbel = logits + rng.gumbel(size=logits.shape)
-            top = np.argpartition(-gumbel, longest - 1, axis=1)[:, :longest] if longest < cfg.n_items else \
-                np.broadcast_to(np.arange(cfg.n_items), gumbel.shape)
+            top = np.argpartition(-gumbel, longest - 1, axis=1)[:, :longest]  # longest ≤ n_items / 2
             order = np.argsort(-np.take_along_axis(gumbel, top, 1), axis=1)
             ranked[rows] = np.take_along_axis(top, order, 1)
         users = np.repeat(np.arange(cfg.n_users), lengths)

@@ -27,7 +27,7 @@ from fedrun.backbone.base import Backbone
 from fedrun.errors import check_positive
 from fedrun.method.fedcl import FedCL, FedCLConfig
 from fedrun.sim.batching import LocalProblem
-from fedrun.sim.rows import gather_rows
+from fedrun.sim.local import slot_rows
 
 
 @dataclass
@@ -56,9 +56,7 @@ def spread_out(item_table: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def positive_only_loss(backbone: Backbone, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
                        net: dict[str, torch.Tensor]) -> torch.Tensor:
     """[B] mean over each client's positives of −log σ(score)."""
-    B, Lu, di = item_table.shape
-    base = torch.arange(B, device=user.device).unsqueeze(1) * Lu
-    scores = backbone.score(user, gather_rows(item_table.reshape(B * Lu, di), problem.pos_slot + base), net)
+    scores = backbone.score(user, slot_rows(item_table, problem.pos_slot), net)  # [B, P]
     weight = problem.batch.pos_mask.to(scores.dtype)
     return (F.softplus(-scores) * weight).sum(1) / weight.sum(1).clamp_min(1)
 

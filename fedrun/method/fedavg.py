@@ -31,12 +31,11 @@ from fedrun.data.negatives import sample_flat_negatives
 from fedrun.errors import check
 from fedrun.method.federated import FastRound, FederatedMethod
 from fedrun.method.server import OptimizerServer, Server
-from fedrun.sim.batching import LocalProblem
-from fedrun.sim.local import ClientOptimizer, train_local
+from fedrun.sim.local import ClientOptimizer
 from fedrun.sim.rows import gather_rows
 from fedrun.sim.seeding import derive_seed
 from fedrun.sim.server_opt import ServerOptimizerConfig
-from fedrun.types import Aggregate, Uploads
+from fedrun.types import Aggregate
 
 
 @dataclass
@@ -63,16 +62,6 @@ class FedAvg(FederatedMethod):
 
     def describe(self) -> dict:
         return {"fedsgd_fast_path": self.uses_fast_path}
-
-    def client_step(self, problem: LocalProblem) -> tuple[Uploads, torch.Tensor, torch.Tensor]:
-        users = problem.batch.users
-        item0 = self.public.item[problem.items]  # [B, Lu, di]
-        result = train_local(self.env.backbone, problem, self.private.user[users], item0, self.public.net,
-                             self.config.optimizer, self.env.sim.local_epochs)
-        client, slot = problem.item_mask.nonzero(as_tuple=True)  # [R], [R]
-        uploads = Uploads(users.numel(), client, problem.items[client, slot], result.item_delta[client, slot],
-                          result.net_delta, problem.weight)
-        return uploads, result.user, result.loss
 
     def make_server(self, public: PublicParams) -> Server:
         return OptimizerServer(public, self.config.server_optimizer)

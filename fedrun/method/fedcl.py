@@ -39,18 +39,15 @@ import torch
 from fedrun.backbone.base import PublicParams
 from fedrun.data.negatives import sample_client_negatives
 from fedrun.errors import ConfigError, check, check_choice
-from fedrun.method.base import RoundStats
-from fedrun.method.federated import FederatedMethod
+from fedrun.method.federated import Exchange, FederatedMethod
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.retrieval.hard_negatives import HardNegativeConfig, HardNegativeServer
 from fedrun.sim import hashrng
 from fedrun.sim.batching import LocalProblem, bucketize, local_problem
-from fedrun.sim.guards import check_finite
-from fedrun.sim.local import ClientOptimizer, train_local
-from fedrun.sim.rows import gather_rows
+from fedrun.sim.local import ClientOptimizer, slot_rows
 from fedrun.sim.seeding import derive_seed, generator
 from fedrun.sim.server_opt import ServerOptimizerConfig
-from fedrun.types import EmbeddingUploads, RoundContext, Uploads
+from fedrun.types import EmbeddingUploads
 
 
 @dataclass
@@ -148,31 +145,20 @@ class FedCL(FederatedMethod):
         self.embedding_uploads[users] += 1
         return EmbeddingUploads(users, vectors)
 
-    # -- the round -----------------------------------------------------------------------
-    def train_round(self, round_index: int) -> RoundStats:
-        users = self.sampler.users(round_index)
-        ctx = RoundContext(round_index, round_index // self.rounds_per_epoch(), int(users.numel()))
-        hard, extra, embedding_bytes = None, {}, 0.0
-        if self.hard_server is not None:
-            embeddings = self.upload_embeddings(users, round_index)
-            self.hard_server.receive(embeddings, round_index)  # server side: uploads only
-            hard = self.hard_server.negatives(users, self.public, round_index)  # [B, T] sent to the clients
-            embedding_bytes = embeddings.nbytes_per_client()
-            extra["cluster_seconds_total"] = self.hard_server.cluster_seconds
-            epsilon = self.privacy.epsilon_per_upload()
-            if epsilon is not None and "user_embedding" in self.privacy.targets:
-                extra["epsilon_spent_max"] = float(self.embedding_uploads.max()) * epsilon
-        problems = self.problems(users, round_index, hard)
-        uploads, losses = self.client_phase(problems, ctx)
-        aggregate = self.defense.aggregate(uploads)  # server phase: uploads only
-        check_finite(aggregate.item_delta, f"the aggregate (defense={type(self.defense).__name__})", round_index)
-        self.server.step(aggregate, ctx)
-        rows = torch.cat([p.item_mask.sum(1) for p in problems])
-        bytes_up = float(uploads.nbytes_per_client()[: ctx.n_clients].mean()) + embedding_bytes
-        bytes_down = self.download_bytes(rows) + 4 * self.n_semi  # the semi-hard item ids
-        return RoundStats(float(losses.mean()), ctx.n_clients, bytes_up, bytes_down, extra)
+    # -- the round: embeddings up, semi-hard negatives down (before local training) ----------------
+    def exchange(self, users: torch.Tensor, round_index: int) -> Exchange:
+        if self.hard_server is None:  # the "+Fed" row: no exchange
+            return Exchange()
+        embeddings = self.upload_embeddings(users, round_index)
+        self.hard_server.receive(embeddings, round_index)  # server side: uploads only
+        hard = self.hard_server.negatives(users, self.public, round_index)  # [B, T] sent to the clients
+        metrics = {"cluster_seconds_total": self.hard_server.cluster_seconds}
+        epsilon = self.privacy.epsilon_per_upload()
+        if epsilon is not None and "user_embedding" in self.privacy.targets:
+            metrics["epsilon_spent_max"] = float(self.embedding_uploads.max()) * epsilon
+        return Exchange(hard, embeddings.nbytes_per_client(), 4.0 * self.n_semi, metrics)  # T int32 item ids
 
-    def problems(self, users: torch.Tensor, round_index: int, hard: torch.Tensor | None = None) -> list[LocalProblem]:
+    def problems(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None) -> list[LocalProblem]:
         """Buckets of clients, each with its local negatives per positive [B, P, n] and the
         semi-hard negatives the server sent it [B, T], deduplicated into one local item table."""
         env = self.env
@@ -182,7 +168,7 @@ class FedCL(FederatedMethod):
                                env.sim.min_bucket_clients):
             batch = env.train.client_batch(users[index])
             local = self.local_negatives(batch, round_index) if self.n_local else None
-            out.append(local_problem(batch, local, env.n_items, None if hard is None else hard[index]))
+            out.append(local_problem(batch, local, env.n_items, None if sent is None else sent[index]))
         return out
 
     def local_negatives(self, batch, round_index: int) -> torch.Tensor:
@@ -197,34 +183,17 @@ class FedCL(FederatedMethod):
         picks = hashrng.randint(seed, [user, position], cfg.local_store).view(B, P * self.n_local)
         return store.gather(1, picks).view(B, P, self.n_local)
 
-    def client_step(self, problem: LocalProblem) -> tuple[Uploads, torch.Tensor, torch.Tensor]:
-        users = problem.batch.users
-        item0 = self.public.item[problem.items]  # [B, Lu, di]
-
-        def loss_fn(user, item, net):
-            return self.local_loss(problem, user, item, net)
-
-        result = train_local(self.env.backbone, problem, self.private.user[users], item0, self.public.net,
-                             self.config.optimizer, self.env.sim.local_epochs, loss_fn)
-        client, slot = problem.item_mask.nonzero(as_tuple=True)  # [R], [R]
-        uploads = Uploads(users.numel(), client, problem.items[client, slot], result.item_delta[client, slot],
-                          result.net_delta, problem.weight)
-        return uploads, result.user, result.loss
-
     def local_loss(self, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
                    net: dict[str, torch.Tensor]) -> torch.Tensor:
         """Eq. 1 for every client of the bucket, scored with each client's local copies → [B]."""
-        backbone = self.env.backbone
-        B, Lu, di = item_table.shape
+        B, Lu, _ = item_table.shape
         P = problem.pos_slot.shape[1]
-        base = torch.arange(B, device=user.device).unsqueeze(1) * Lu
-        flat_table = item_table.reshape(B * Lu, di)
         slots = [problem.pos_slot]
         if self.n_local:
             slots.append(problem.neg_slot.reshape(B, -1))
         if self.n_semi:
             slots.append(problem.extra_slot)  # [B, T]
-        scores = backbone.score(user, gather_rows(flat_table, torch.cat(slots, 1) + base), net)  # [B, S]
+        scores = self.env.backbone.score(user, slot_rows(item_table, torch.cat(slots, 1)), net)  # [B, S]
         pos = scores[:, :P]
         local = scores[:, P: P + P * self.n_local].view(B, P, self.n_local) if self.n_local else None
         semi = scores[:, P + P * self.n_local:] if self.n_semi else None

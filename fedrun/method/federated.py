@@ -1,4 +1,5 @@
-"""The federated round, written once. Methods fill ``client_step`` and ``make_server``.
+"""The federated round, written once. Methods fill ``make_server`` and, where they differ from
+plain local training, ``local_loss``, ``client_step`` or ``exchange``.
 
 Round t (DESIGN.md, "Data flow of one run"):
   1. sample clients (seeded per epoch) and bucket them by data size;
@@ -12,7 +13,7 @@ When exact, steps 2–3 collapse into the FedSGD fast path (one backward, no cop
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -28,6 +29,7 @@ from fedrun.privacy.base import Privacy
 from fedrun.sim.batching import LocalProblem, bucketize, local_problem
 from fedrun.sim.env import RunEnv
 from fedrun.sim.guards import check_finite, check_uploads
+from fedrun.sim.local import problem_loss, train_local
 from fedrun.sim.sampling import ClientSampler
 from fedrun.sim.seeding import derive_seed, generator
 from fedrun.types import Aggregate, RoundContext, Uploads
@@ -40,6 +42,17 @@ class FastRound:
     aggregate: Aggregate
     losses: torch.Tensor
     rows_per_client: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """What the server sends the round's clients before they train (e.g. FedCL's semi-hard
+    negatives, [B, T]), what that exchange cost per client, and metrics it reports."""
+
+    sent: torch.Tensor | None = None
+    bytes_up: float = 0.0
+    bytes_down: float = 0.0
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 class FederatedMethod(Method):
@@ -72,9 +85,32 @@ class FederatedMethod(Method):
     def make_server(self, public: PublicParams) -> Server:
         raise NotImplementedError
 
+    def exchange(self, users: torch.Tensor, round_index: int) -> Exchange:
+        """A protocol step before local training (server ↔ clients); none by default."""
+        return Exchange()
+
+    def local_loss(self, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
+                   net: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Per-client loss [B] on the clients' local copies (default: the backbone's loss)."""
+        return problem_loss(self.env.backbone, problem, user, item_table, net)
+
     def client_step(self, problem: LocalProblem) -> tuple[Uploads, torch.Tensor, torch.Tensor]:
-        """Vectorized over the bucket's clients → (uploads, new private rows [B, du], loss [B])."""
-        raise NotImplementedError
+        """Vectorized over the bucket's clients → (uploads, new private rows [B, du], loss [B]).
+
+        Default: ``sim.local_epochs`` steps of ``config.optimizer`` on ``local_loss``; upload the
+        deltas of the touched item rows and of the shared weights; the user row stays."""
+        users = problem.batch.users
+        item0 = self.public.item[problem.items]  # [B, Lu, di]
+
+        def loss_fn(user, item, net):
+            return self.local_loss(problem, user, item, net)
+
+        result = train_local(self.env.backbone, problem, self.private.user[users], item0, self.public.net,
+                             self.config.optimizer, self.env.sim.local_epochs, loss_fn)
+        client, slot = problem.item_mask.nonzero(as_tuple=True)  # [R], [R]
+        uploads = Uploads(users.numel(), client, problem.items[client, slot], result.item_delta[client, slot],
+                          result.net_delta, problem.weight)
+        return uploads, result.user, result.loss
 
     def fast_round(self, users: torch.Tensor, round_index: int) -> FastRound | None:
         """Optional FedSGD shortcut computing the aggregate directly; None when not exact."""
@@ -84,7 +120,8 @@ class FederatedMethod(Method):
     def rounds_per_epoch(self) -> int:
         return self.sampler.rounds_per_epoch
 
-    def problems(self, users: torch.Tensor, round_index: int) -> list[LocalProblem]:
+    def problems(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None) -> list[LocalProblem]:
+        """The round's buckets of local problems (``sent``: what ``exchange`` gave the clients)."""
         env = self.env
         sizes = env.train.sizes(users)
         seed = derive_seed(env.sim.seed, "negatives", round_index)
@@ -102,19 +139,22 @@ class FederatedMethod(Method):
     def train_round(self, round_index: int) -> RoundStats:
         users = self.sampler.users(round_index)
         ctx = RoundContext(round_index, round_index // self.rounds_per_epoch(), int(users.numel()))
-        fast = self.fast_round(users, round_index)
+        fast = self.fast_round(users, round_index)  # methods with an exchange have no fast path
+        exchange = Exchange()
         if fast is not None:
             aggregate, losses, rows = fast.aggregate, fast.losses, fast.rows_per_client
             bytes_up = self.upload_bytes(rows)
         else:
-            problems = self.problems(users, round_index)
+            exchange = self.exchange(users, round_index)
+            problems = self.problems(users, round_index, exchange.sent)
             uploads, losses = self.client_phase(problems, ctx)
             rows = torch.cat([p.item_mask.sum(1) for p in problems])
             bytes_up = float(uploads.nbytes_per_client()[: ctx.n_clients].mean())
             aggregate = self.defense.aggregate(uploads)  # server phase: uploads only
         check_finite(aggregate.item_delta, f"the aggregate (defense={type(self.defense).__name__})", round_index)
         self.server.step(aggregate, ctx)
-        return RoundStats(float(losses.mean()), ctx.n_clients, bytes_up, self.download_bytes(rows))
+        return RoundStats(float(losses.mean()), ctx.n_clients, bytes_up + exchange.bytes_up,
+                          self.download_bytes(rows) + exchange.bytes_down, exchange.metrics)
 
     def client_phase(self, problems: list[LocalProblem], ctx: RoundContext) -> tuple[Uploads, torch.Tensor]:
         gen = generator(self.env.sim.seed, "privacy", ctx.round, self.env.device)

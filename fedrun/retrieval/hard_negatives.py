@@ -109,11 +109,8 @@ class HardNegativeServer:
         """[B] → [B, T] semi-hard negative item ids sent to each client this round."""
         cfg, n_items = self.config, public.item.shape[0]
         queries, query_of = self.queries(users)
-        if cfg.hardest:
-            vectors = self.backbone.query_vectors(queries, public.net)
-            scores = vectors @ public.item.T if vectors is not None else \
-                self.backbone.score_full(queries, public.item, public.net)
-            return scores.topk(cfg.semi_hard, dim=1).indices[query_of]  # [B, T]
+        if cfg.hardest:  # the T most relevant items themselves (as a set, sorted by id)
+            return self.hard_sets(queries, public, cfg.semi_hard)[query_of]  # [B, T]
         k = max(cfg.semi_hard, math.ceil(cfg.hard_ratio * n_items))
         hard = self.hard_sets(queries, public, k)[query_of]  # [B, k]
         gen = generator(self.seed, "semi-hard", round_index, users.device)

@@ -50,6 +50,13 @@ def example_slots(problem: LocalProblem) -> torch.Tensor:
     return torch.cat([problem.pos_slot, problem.neg_slot.reshape(problem.pos_slot.shape[0], -1)], 1)
 
 
+def slot_rows(item_table: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """item_table [B, Lu, di] (each client's local copies), slots [B, S] → rows [B, S, di], differentiable."""
+    B, Lu, di = item_table.shape
+    base = torch.arange(B, device=slots.device).unsqueeze(1) * Lu  # client b's rows start at b·Lu
+    return gather_rows(item_table.reshape(B * Lu, di), slots + base)
+
+
 def problem_loss(backbone: Backbone, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
                  net: dict[str, torch.Tensor]) -> torch.Tensor:
     """Per-client mean loss [B] of each client's examples, scored with its local item table.
@@ -58,8 +65,7 @@ def problem_loss(backbone: Backbone, problem: LocalProblem, user: torch.Tensor, 
     """
     B, Lu, di = item_table.shape
     P = problem.pos_slot.shape[1]
-    rows = example_slots(problem) + torch.arange(B, device=user.device).unsqueeze(1) * Lu  # [B, S] into [B·Lu]
-    vectors = gather_rows(item_table.reshape(B * Lu, di), rows)  # [B, S, di]
+    vectors = slot_rows(item_table, example_slots(problem))  # [B, S, di]
     scores = backbone.score(user, vectors, net)  # [B, S]
     neg = None if problem.neg_slot is None else scores[:, P:].reshape(problem.neg_slot.shape)
     l2 = backbone.config.l2
