@@ -96,3 +96,26 @@ class RoundContext:
     round: int
     epoch: int
     n_clients: int
+
+
+@dataclass(frozen=True)
+class RelayedRows:
+    """What the anonymous channel hands the denoising clients (FedRec++ Eq. 8): rows of gradient
+    noise, each addressed to a denoiser. There is no sender field, and the channel shuffles the
+    rows, so a denoiser cannot map noise to the client that sent it."""
+
+    denoiser: torch.Tensor  # [N] index of the receiving denoiser in [0, η)
+    item: torch.Tensor  # [N] item id
+    delta: torch.Tensor  # [N, di]
+
+
+@dataclass(frozen=True)
+class DenoiserUploads:
+    """What the denoisers send the server (FedRec++ Eq. 9, Alg. 2 line 19): per (denoiser, item)
+    the summed noise it collected minus its own rated-item contribution, and the matching count
+    (|U'_i^ũ| minus 1 where the denoiser rated i)."""
+
+    denoiser: torch.Tensor  # [S] sender (a denoiser's index)
+    item: torch.Tensor  # [S] item id
+    delta: torch.Tensor  # [S, di]
+    count: torch.Tensor  # [S] float

@@ -44,8 +44,8 @@ SMALL = ["dataset=synthetic", "dataset.n_users=60", "dataset.n_items=80", "datas
          "track=none", "sim.progress=false", "sim.clients_per_round=16"]
 
 
-def make_method(overrides: list[str]):
-    cfg = compose_cfg(SMALL + overrides)
+def make_method(overrides: list[str], base: list[str] = SMALL):
+    cfg = compose_cfg(base + overrides)
     p = plan(cfg)
     split = p.dataset.load()
     env = RunEnv.create(split, p.sim, p.backbone)

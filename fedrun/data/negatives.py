@@ -92,3 +92,30 @@ def sample_flat_negatives(users: torch.Tensor, owner: torch.Tensor, position: to
     row_owner = owner.repeat_interleave(n_neg)
     slot = (position.unsqueeze(1) * n_neg + torch.arange(n_neg, device=owner.device)).reshape(-1)
     return _rejection(seed, users[row_owner], slot, row_owner, keys, stride, n_items).view(-1, n_neg)
+
+
+def sample_unrated(users: torch.Tensor, pos: torch.Tensor, pos_mask: torch.Tensor, counts: torch.Tensor,
+                   n_items: int, seed: int, max_elements: int = 1 << 22) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each client's ``counts[b]`` distinct items drawn uniformly *without replacement* from the
+    items it has not rated (FedRec's hybrid filling) → items [B, K], mask [B, K], K = max count.
+
+    Every (user, item) pair gets a hashed random key; a client's sample is its ``counts[b]``
+    unrated items of smallest key — a uniform random subset that depends on (seed, user) only,
+    not on batching. ``counts`` must not exceed a client's number of unrated items. Clients are
+    processed in chunks of at most ``max_elements`` (client, item) keys.
+    """
+    B = users.numel()
+    width = int(counts.max()) if B else 0
+    items = torch.zeros(B, width, dtype=torch.int64, device=users.device)
+    if width == 0:
+        return items, torch.zeros(B, 0, dtype=torch.bool, device=users.device)
+    catalogue = torch.arange(n_items, device=users.device)  # [m]
+    per_chunk = max(1, max_elements // n_items)
+    for chunk in torch.split(torch.arange(B, device=users.device), per_chunk):
+        keys = hashrng.randint(seed, [users[chunk].unsqueeze(1), catalogue.unsqueeze(0)], 1 << 62)  # [b, m]
+        rated = torch.where(pos_mask[chunk], pos[chunk], torch.full_like(pos[chunk], n_items))  # [b, P]
+        keys = torch.cat([keys, torch.zeros_like(keys[:, :1])], 1)  # a spare column for padding
+        keys.scatter_(1, rated, 1 << 62)  # rated items sort last
+        items[chunk] = torch.topk(keys[:, :n_items], width, dim=1, largest=False, sorted=True).indices
+    mask = torch.arange(width, device=users.device).unsqueeze(0) < counts.unsqueeze(1)  # [B, K]
+    return torch.where(mask, items, torch.zeros_like(items)), mask

@@ -22,6 +22,7 @@ class EvalConfig:
     mask_history: bool = True  # remove the user's training (and, at test, validation) items from the ranking
     kind: str = "auto"  # auto (rating metrics for mse backbones) | ranking | rating
     monitor: str = "ndcg_at_10"  # validation metric shown in the progress bar
+    clip_ratings: bool = True  # rating metrics: clip predictions to the training ratings' range
 
     def __post_init__(self) -> None:
         check(len(self.ks) >= 1 and all(k >= 1 for k in self.ks), "ks", self.ks, "a non-empty list of integers >= 1")
@@ -57,6 +58,9 @@ class Evaluator:
             items = torch.as_tensor(data.item, device=self.device)
             predicted = torch.cat([method.score_pairs(u, i) for u, i in
                                    zip(torch.split(users, 1 << 16), torch.split(items, 1 << 16))])
+            if self.config.clip_ratings:
+                train = self.split.train.rating
+                predicted = predicted.clamp(float(train.min()), float(train.max()))
             return rating_errors(predicted, torch.as_tensor(data.rating, device=self.device))
         return self.evaluate_ranking(method, part)
 
@@ -64,4 +68,7 @@ class Evaluator:
         raise NotImplementedError
 
     def describe(self) -> dict[str, object]:
-        return {"protocol": type(self).__name__, "mask_history": self.config.mask_history}
+        described = {"protocol": type(self).__name__, "mask_history": self.config.mask_history}
+        if self.rating:
+            described["clip_ratings"] = self.config.clip_ratings
+        return described

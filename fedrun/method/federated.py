@@ -69,7 +69,8 @@ class FederatedMethod(Method):
         self.private = PrivateParams(private.user.to(env.device))  # client side
         self.server = self.make_server(
             PublicParams(public.item.to(env.device), {k: v.to(env.device) for k, v in public.net.items()}))
-        self.sampler = ClientSampler(env.clients_with_data(), env.sim.clients_per_round, env.sim.seed)
+        self.sampler = ClientSampler(env.clients_with_data(), env.sim.clients_per_round, env.sim.seed,
+                                     env.sim.sampling == "independent")
 
     @property
     def public(self) -> PublicParams:
@@ -112,6 +113,12 @@ class FederatedMethod(Method):
                           result.net_delta, problem.weight)
         return uploads, result.user, result.loss
 
+    def aggregate(self, uploads: Uploads, users: torch.Tensor, ctx: RoundContext) -> Aggregate:
+        """The server phase: the clients' uploads (and who sent them: ``users[c]`` is the user id of
+        upload client c, as the server of any FL protocol knows) → one aggregate. Default: the
+        ``defense`` rule."""
+        return self.defense.aggregate(uploads)
+
     def fast_round(self, users: torch.Tensor, round_index: int) -> FastRound | None:
         """Optional FedSGD shortcut computing the aggregate directly; None when not exact."""
         return None
@@ -150,7 +157,8 @@ class FederatedMethod(Method):
             uploads, losses = self.client_phase(problems, ctx)
             rows = torch.cat([p.item_mask.sum(1) for p in problems])
             bytes_up = float(uploads.nbytes_per_client()[: ctx.n_clients].mean())
-            aggregate = self.defense.aggregate(uploads)  # server phase: uploads only
+            senders = torch.cat([p.batch.users for p in problems])  # [B] in upload order (by bucket)
+            aggregate = self.aggregate(uploads, senders, ctx)
         check_finite(aggregate.item_delta, f"the aggregate (defense={type(self.defense).__name__})", round_index)
         self.server.step(aggregate, ctx)
         return RoundStats(float(losses.mean()), ctx.n_clients, bytes_up + exchange.bytes_up,

@@ -19,7 +19,8 @@ from fedrun.report.paper import beside_paper, preset_paper
 from fedrun.report.table import markdown
 from fedrun.track.mlflow import default_uri, experiment_id
 
-SEED_PARAMS = {"sim.seed", "sim.progress", "sim.device", "device"}
+# replicates (averaged over, not grouped by): training seeds, data-split seeds and folds
+SEED_PARAMS = {"sim.seed", "sim.progress", "sim.device", "device", "dataset.split.seed", "dataset.split.fold"}
 DEFAULT_METRICS = ["test_hr_at_10", "test_ndcg_at_10", "test_recall_at_20", "test_ndcg_at_20", "test_mae", "test_rmse"]
 
 

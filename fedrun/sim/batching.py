@@ -46,6 +46,7 @@ class LocalProblem:
     pos_slot: torch.Tensor  # [B, P] index into items[b]
     neg_slot: torch.Tensor | None  # [B, P, n] index into items[b]
     extra_slot: torch.Tensor | None = None  # [B, T] index into items[b]: per-client items (not per positive)
+    extra_mask: torch.Tensor | None = None  # [B, T] bool: which extra entries are real (None: all)
 
     @property
     def weight(self) -> torch.Tensor:
@@ -53,11 +54,12 @@ class LocalProblem:
 
 
 def local_problem(batch: ClientBatch, negatives: torch.Tensor | None, n_items: int,
-                  extra: torch.Tensor | None = None) -> LocalProblem:
+                  extra: torch.Tensor | None = None, extra_mask: torch.Tensor | None = None) -> LocalProblem:
     """Deduplicate each client's (positives ∪ negatives ∪ extra) into a local item table.
 
     negatives [B, P, n] belong to each positive; extra [B, T] to the client as a whole (e.g.
-    items the server sent it), each listed once instead of once per positive.
+    items the server sent it), each listed once instead of once per positive; ``extra_mask``
+    [B, T] marks padding in ``extra`` when clients hold different numbers of them.
     """
     B, P = batch.pos.shape
     touched, valid = [batch.pos], [batch.pos_mask]
@@ -66,7 +68,7 @@ def local_problem(batch: ClientBatch, negatives: torch.Tensor | None, n_items: i
         valid.append(batch.pos_mask.unsqueeze(-1).expand_as(negatives).reshape(B, -1))
     if extra is not None:
         touched.append(extra)
-        valid.append(torch.ones_like(extra, dtype=torch.bool))
+        valid.append(torch.ones_like(extra, dtype=torch.bool) if extra_mask is None else extra_mask)
     touched, valid = torch.cat(touched, 1), torch.cat(valid, 1)  # [B, M]
     client = torch.arange(B, device=touched.device).unsqueeze(1).expand_as(touched)
     sentinel = B * n_items  # sorts after every real key
@@ -86,4 +88,4 @@ def local_problem(batch: ClientBatch, negatives: torch.Tensor | None, n_items: i
     n_neg = 0 if negatives is None else negatives.shape[1] * negatives.shape[2]
     neg_slot = None if negatives is None else slots[:, P:P + n_neg].reshape(negatives.shape)
     extra_slot = None if extra is None else slots[:, P + n_neg:]
-    return LocalProblem(batch, items, item_mask, slots[:, :P], neg_slot, extra_slot)
+    return LocalProblem(batch, items, item_mask, slots[:, :P], neg_slot, extra_slot, extra_mask)

@@ -14,6 +14,7 @@ class SimConfig:
     seed: int = 0  # training seed: initialisation, client sampling, negatives (the split has its own)
     epochs: int = 20  # global epochs; a federated epoch = every client with data sampled once
     clients_per_round: int = 256
+    sampling: str = "epoch"  # epoch: a permutation dealt per epoch | independent: c fresh clients every round
     local_epochs: int = 1  # local full-batch steps per round
     max_rounds: int | None = None  # stop after this many rounds (quick runs / smoke tests)
     eval_every: int = 1  # validate every N epochs (0: only the final test)
@@ -38,6 +39,7 @@ class SimConfig:
         check(self.min_bucket_clients >= 1, "min_bucket_clients", self.min_bucket_clients, "an integer >= 1")
         check(self.max_slots >= 1, "max_slots", self.max_slots, "an integer >= 1")
         check_choice("fast_path", self.fast_path, ("auto", "off"))
+        check_choice("sampling", self.sampling, ("epoch", "independent"))
         check(self.threads is None or self.threads >= 1, "threads", self.threads, "null or an integer >= 1")
         check(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "an integer >= 0")
         check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), "device",

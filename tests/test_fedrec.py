@@ -1,0 +1,211 @@
+"""FedRec / FedRec++: the vectorized round against a per-client loop, the denoising arithmetic,
+losslessness on real data, the anonymous channel, the server's view, and bad settings."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import fields
+
+import pytest
+import torch
+
+from fedrun.data.negatives import sample_unrated
+from fedrun.errors import ConfigError
+from fedrun.method.fedrecpp import denoised_mean
+from fedrun.sim.channel import AnonymousChannel
+from fedrun.sim.seeding import derive_seed
+from fedrun.types import DenoiserUploads, RelayedRows, Uploads
+from tests.conftest import make_method, needs_data
+
+RATED = ["backbone=pmf", "dataset.ratings=true", "dataset.split.protocol=random_ratio", "dataset.split.valid=false"]
+ML100K = ["dataset=ml-100k", "dataset.split.protocol=predefined", "dataset.split.valid=false", "backbone=pmf",
+          "sim.clients_per_round=943", "track=none", "sim.progress=false"]
+
+
+def test_unrated_samples_are_distinct_unrated_and_independent_of_batching():
+    users = torch.tensor([3, 8, 5])
+    pos = torch.tensor([[0, 1, 2, 3], [4, 0, 0, 0], [7, 8, 9, 0]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 1, 0]]).bool()
+    counts = torch.tensor([6, 2, 0])
+    items, valid = sample_unrated(users, pos, mask, counts, 10, seed=7)
+    assert valid.sum(1).tolist() == [6, 2, 0]
+    for b in range(3):
+        drawn = items[b][valid[b]].tolist()
+        assert len(set(drawn)) == len(drawn)
+        assert not set(drawn) & set(pos[b][mask[b]].tolist())
+    for b in range(2):  # alone, in a chunk of one client, a client draws the same items
+        alone, _ = sample_unrated(users[b:b + 1], pos[b:b + 1], mask[b:b + 1], counts[b:b + 1], 10, 7, max_elements=10)
+        assert alone[0].tolist() == items[b, :int(counts[b])].tolist()
+
+
+def test_unrated_samples_are_uniform():
+    """Each of the 6 unrated items is drawn with probability 3/6 over many seeds (binomial 3σ band)."""
+    pos, mask = torch.tensor([[0, 1, 2, 3]]), torch.ones(1, 4, dtype=torch.bool)
+    hits = torch.zeros(10)
+    trials = 2000
+    for seed in range(trials):
+        items, _ = sample_unrated(torch.tensor([1]), pos, mask, torch.tensor([3]), 10, seed)
+        hits[items[0]] += 1
+    assert hits[:4].sum() == 0
+    sigma = (trials * 0.5 * 0.5) ** 0.5
+    assert ((hits[4:] - trials * 0.5).abs() < 3 * sigma).all()
+
+
+def oracle_round(method, env, round_index: int):
+    """FedRec's iteration written per client (Alg. 2, Eq. 1–3, 7) and per item (Eq. 2)."""
+    config, lam = method.config, env.backbone.config.l2
+    lr = config.lr * config.lr_decay ** round_index
+    item, user = method.public.item.clone(), method.private.user.clone()
+    total, raters = torch.zeros_like(item), torch.zeros(item.shape[0])
+    seed = derive_seed(env.sim.seed, "unrated", round_index)
+    for u in method.sampler.users(round_index).tolist():
+        start, end = int(env.train.indptr[u]), int(env.train.indptr[u + 1])
+        rated, ratings = env.train.items[start:end], env.train.ratings[start:end]
+        count = min(int(len(rated) * config.rho), env.n_items - len(rated))
+        sampled = sample_unrated(torch.tensor([u]), rated[None], torch.ones(1, len(rated), dtype=torch.bool),
+                                 torch.tensor([count]), env.n_items, seed)[0][0, :count]
+        p = user[u]
+        error = ratings - item[rated] @ p
+        new_p = p - lr * (-(error[:, None] * item[rated]).mean(0) + lam * p)  # Eq. 7
+        if round_index < config.t_predict:
+            virtual = ratings.mean().expand(count)
+        else:
+            local = p.clone()
+            for _ in range(config.t_local):
+                e = ratings - item[rated] @ local
+                local = local - lr * (-(e[:, None] * item[rated]).mean(0) + lam * local)
+            virtual = item[sampled] @ local
+        for i, target in zip(torch.cat([rated, sampled]).tolist(), torch.cat([ratings, virtual]).tolist()):
+            gradient = (new_p @ item[i] - target) * new_p + lam * item[i]  # Eq. 3
+            total[i] -= lr * gradient
+            raters[i] += 1
+        user[u] = new_p
+    touched = raters > 0
+    item[touched] += total[touched] / raters[touched, None]  # Eq. 2
+    return user, item
+
+
+@pytest.mark.parametrize("t_predict", [5, 0], ids=["mean-virtual", "predicted-virtual"])
+def test_fedrec_round_equals_a_per_client_loop(t_predict):
+    method, env = make_method(RATED + ["method=fedrec", "method.rho=1.5", f"method.t_predict={t_predict}",
+                                       "method.t_local=3"])
+    method.train_round(0)
+    user, item = oracle_round(method, env, 1)
+    method.train_round(1)
+    assert torch.allclose(method.private.user, user, atol=1e-6)
+    assert torch.allclose(method.public.item, item, atol=1e-6)
+
+
+def test_denoising_arithmetic_on_a_hand_computed_case():
+    """Ordinary clients 0, 1 rated item 1 (deltas 1, 3) and sampled items 2, 3 (noise 2, 4); the
+    denoiser rated item 1 (delta 5). The server must get item 1's mean (1+3+5)/3 and nothing else."""
+    uploads = Uploads(2, torch.tensor([0, 0, 1, 1]), torch.tensor([1, 2, 1, 3]),
+                      torch.tensor([[1.0], [2.0], [3.0], [4.0]]))
+    relayed = DenoiserUploads(torch.tensor([0, 0, 0]), torch.tensor([1, 2, 3]), torch.tensor([[-5.0], [2.0], [4.0]]),
+                              torch.tensor([-1.0, 1.0, 1.0]))
+    aggregate = denoised_mean(uploads, relayed)
+    assert aggregate.items.tolist() == [1]
+    assert aggregate.item_delta.tolist() == [[3.0]]
+
+
+def test_denoisers_collect_what_the_server_needs():
+    method, env = make_method(RATED + ["method=fedrecpp", "method.rho=2", "method.denoisers=3",
+                                       "sim.clients_per_round=60"])
+    captured = {}
+    original = method.collect
+
+    def spy(round_index):
+        captured["relayed"] = out = original(round_index)
+        return out
+
+    method.collect = spy
+    method.train_round(0)
+    relayed = captured["relayed"]
+    assert set(relayed.denoiser.tolist()) <= {0, 1, 2}
+    assert relayed.count.min() >= -1  # a denoiser's own rating removes at most one count per item
+
+
+def test_channel_carries_no_sender_and_shuffles():
+    assert "sender" not in inspect.signature(AnonymousChannel.send).parameters
+    assert [f.name for f in fields(RelayedRows)] == ["denoiser", "item", "delta"]
+    channel = AnonymousChannel()
+    for sender in range(50):  # each sender posts one row whose item id is its own id
+        channel.send(torch.tensor([0]), torch.tensor([sender]), torch.zeros(1, 2))
+    rows = channel.deliver(torch.Generator().manual_seed(0), 2, torch.device("cpu"))
+    assert sorted(rows.item.tolist()) == list(range(50))
+    assert rows.item.tolist() != list(range(50))  # the posting order (who sent first) is gone
+    assert channel.deliver(torch.Generator(), 2, torch.device("cpu")).item.numel() == 0
+
+
+def test_fedrecpp_server_phase_sees_uploads_only():
+    """The server-side function receives the two upload types only; poisoning the client store and
+    private rows while it runs changes nothing."""
+    from tests.test_privacy_boundary import Poison
+
+    method, env = make_method(RATED + ["method=fedrecpp", "method.rho=1", "method.denoisers=2"])
+    assert list(inspect.signature(denoised_mean).parameters) == ["uploads", "relayed"]
+    import fedrun.method.fedrecpp as module
+
+    original = module.denoised_mean
+
+    def poisoned(uploads, relayed):
+        saved = (env.train, method.private)
+        env.train, method.private = Poison("ClientStore"), Poison("PrivateParams")
+        try:
+            assert isinstance(uploads, Uploads) and isinstance(relayed, DenoiserUploads)
+            return original(uploads, relayed)
+        finally:
+            env.train, method.private = saved
+
+    module.denoised_mean = poisoned
+    try:
+        for r in range(2):
+            method.train_round(r)
+    finally:
+        module.denoised_mean = original
+
+
+@needs_data
+@pytest.mark.parametrize("extra", [["method.rho=1", "method.denoisers=1"],
+                                   ["method.rho=3", "method.denoisers=n/4"],
+                                   ["method.rho=2", "method.denoisers=1", "sim.clients_per_round=189",
+                                    "sim.sampling=independent"]],
+                         ids=["rho1-eta1", "rho3-eta-n/4", "rho2-c0.2n"])
+def test_fedrecpp_is_lossless_on_ml100k(extra):
+    """FedRec++ with any ρ gives FedRec with ρ = 0 up to summation order; FedRec with ρ > 0 does not."""
+    common = ML100K + ["method.t_predict=3", "method.t_local=5"]
+    sampling = [o for o in extra if o.startswith("sim.")]
+    reference, _ = make_method(common + sampling + ["method=fedrec", "method.rho=0"], base=[])
+    lossless, _ = make_method(common + ["method=fedrecpp", *extra], base=[])
+    noisy, _ = make_method(common + sampling + ["method=fedrec", "method.rho=2"], base=[])
+    for r in range(8):
+        for method in (reference, lossless, noisy):
+            method.train_round(r)
+    assert torch.allclose(lossless.public.item, reference.public.item, atol=2e-5, rtol=1e-4)
+    assert torch.allclose(lossless.private.user, reference.private.user, atol=2e-5, rtol=1e-4)
+    assert (noisy.public.item - reference.public.item).abs().max() > 1e-2
+
+
+@needs_data
+def test_audit_sees_rated_items_through_repeated_uploads():
+    """One round hides I_u at precision 1/(1+ρ); intersecting a client's rounds recovers it."""
+    method, _ = make_method(ML100K + ["method=fedrec", "method.rho=1", "method.audit=true"], base=[])
+    first = method.train_round(0).extra
+    assert first["audit_round_recall"] == 1.0
+    assert abs(first["audit_round_precision"] - 0.5) < 0.01
+    for r in range(1, 5):
+        last = method.train_round(r).extra
+    assert last["audit_intersect_precision"] > 0.95 and last["audit_intersect_recall"] == 1.0
+
+
+@pytest.mark.parametrize("overrides,field", [
+    (RATED + ["method=fedrecpp", "method.denoisers=n/1"], "method.denoisers"),
+    (RATED + ["method=fedrecpp", "method.denoisers=many"], "method.denoisers"),
+    (RATED + ["method=fedrecpp", "privacy=ldp", "privacy.targets=[item_rows]"], "privacy"),
+    (RATED + ["method=fedrecpp", "defense=sum"], "defense"),
+    (RATED + ["method=fedrec", "method.rho=-1"], "rho"),
+    (["method=fedrec"], "backbone"),  # implicit data and a ranking backbone
+])
+def test_bad_fedrec_settings_are_named_before_training(overrides, field):
+    with pytest.raises(ConfigError, match=field):
+        make_method(overrides)
