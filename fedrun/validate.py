@@ -22,8 +22,8 @@ def check_run(dataset: str, split: Split, backbone: Backbone, sim: SimConfig, me
               eval_kind: str) -> None:
     _check_parts(dataset, split)
     n_clients = int((split.train.user_counts() > 0).sum())
-    check(sim.clients_per_round <= n_clients, "sim.clients_per_round", sim.clients_per_round,
-          f"at most the {n_clients} clients with training data in {dataset}")
+    check(sim.round_size(n_clients) <= n_clients, "sim.clients_per_round", sim.clients_per_round,
+          f"at most the {n_clients} clients with training data in {dataset}, or all")
     has_ratings = split.train.rating is not None
     if backbone.config.loss == "mse" and not has_ratings:
         raise ConfigError("backbone.loss", "mse", f"a ranking loss (bpr, bce): {dataset} has no ratings")

@@ -209,3 +209,22 @@ def test_audit_sees_rated_items_through_repeated_uploads():
 def test_bad_fedrec_settings_are_named_before_training(overrides, field):
     with pytest.raises(ConfigError, match=field):
         make_method(overrides)
+
+
+@needs_data
+@pytest.mark.parametrize("preset,row", [("fedrecpp/table2", "fedrecpp/fedrecpp_rho2"), ("fedrecpp/table3", "fedrecpp/etan4")])
+def test_presets_run_on_ml100k_as_written(preset, row):
+    """The presets themselves (every client every round, predefined folds), for two rounds."""
+    from fedrun.experiment import run
+    from tests.conftest import compose_cfg
+
+    cfg = compose_cfg([f"+experiment={preset}", f"row={row}", "sim.max_rounds=2", "track=none", "sim.progress=false"])
+    result = run(cfg)
+    assert result.rounds == 2 and result.test["mae"] < 4
+
+
+def test_clients_per_round_all_and_bad_values():
+    method, env = make_method(RATED + ["method=fedrec", "sim.clients_per_round=all"])
+    assert method.sampler.users(0).numel() == env.clients_with_data().numel()
+    with pytest.raises(ConfigError, match="clients_per_round"):
+        make_method(RATED + ["method=fedrec", "sim.clients_per_round=most"])

@@ -69,7 +69,8 @@ class FederatedMethod(Method):
         self.private = PrivateParams(private.user.to(env.device))  # client side
         self.server = self.make_server(
             PublicParams(public.item.to(env.device), {k: v.to(env.device) for k, v in public.net.items()}))
-        self.sampler = ClientSampler(env.clients_with_data(), env.sim.clients_per_round, env.sim.seed,
+        clients = env.clients_with_data()
+        self.sampler = ClientSampler(clients, env.sim.round_size(clients.numel()), env.sim.seed,
                                      env.sim.sampling == "independent")
 
     @property

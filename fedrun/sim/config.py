@@ -13,7 +13,7 @@ from fedrun.errors import ConfigError, check, check_choice
 class SimConfig:
     seed: int = 0  # training seed: initialisation, client sampling, negatives (the split has its own)
     epochs: int = 20  # global epochs; a federated epoch = every client with data sampled once
-    clients_per_round: int = 256
+    clients_per_round: int | str = 256  # c, or "all" (every client with data, every round)
     sampling: str = "epoch"  # epoch: a permutation dealt per epoch | independent: c fresh clients every round
     local_epochs: int = 1  # local full-batch steps per round
     max_rounds: int | None = None  # stop after this many rounds (quick runs / smoke tests)
@@ -31,7 +31,9 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         check(self.epochs >= 1, "epochs", self.epochs, "an integer >= 1")
-        check(self.clients_per_round >= 1, "clients_per_round", self.clients_per_round, "an integer >= 1")
+        check(self.clients_per_round == "all" or (isinstance(self.clients_per_round, int)
+                                                  and self.clients_per_round >= 1),
+              "clients_per_round", self.clients_per_round, "an integer >= 1 or all")
         check(self.local_epochs >= 1, "local_epochs", self.local_epochs, "an integer >= 1")
         check(self.max_rounds is None or self.max_rounds >= 1, "max_rounds", self.max_rounds, "null or an integer >= 1")
         check(self.eval_every >= 0, "eval_every", self.eval_every, "an integer >= 0")
@@ -44,6 +46,10 @@ class SimConfig:
         check(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "an integer >= 0")
         check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), "device",
               self.device, "auto, cpu, cuda or cuda:N")
+
+    def round_size(self, n_clients: int) -> int:
+        """Clients per round for a dataset with ``n_clients`` clients holding data."""
+        return n_clients if self.clients_per_round == "all" else int(self.clients_per_round)
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":
