@@ -38,17 +38,20 @@ def test_unrated_samples_are_distinct_unrated_and_independent_of_batching():
         assert alone[0].tolist() == items[b, :int(counts[b])].tolist()
 
 
-def test_unrated_samples_are_uniform():
-    """Each of the 6 unrated items is drawn with probability 3/6 over many seeds (binomial 3σ band)."""
+@pytest.mark.parametrize("n_items,count", [(10, 3), (40, 3)], ids=["dense-path", "sequential-path"])
+def test_unrated_samples_are_uniform(n_items, count):
+    """Each unrated item is drawn with probability count / unrated over many seeds (binomial 4σ band)."""
     pos, mask = torch.tensor([[0, 1, 2, 3]]), torch.ones(1, 4, dtype=torch.bool)
-    hits = torch.zeros(10)
-    trials = 2000
+    hits = torch.zeros(n_items)
+    trials = 3000
     for seed in range(trials):
-        items, _ = sample_unrated(torch.tensor([1]), pos, mask, torch.tensor([3]), 10, seed)
+        items, _ = sample_unrated(torch.tensor([1]), pos, mask, torch.tensor([count]), n_items, seed)
+        assert len(set(items[0].tolist())) == count
         hits[items[0]] += 1
     assert hits[:4].sum() == 0
-    sigma = (trials * 0.5 * 0.5) ** 0.5
-    assert ((hits[4:] - trials * 0.5).abs() < 3 * sigma).all()
+    p = count / (n_items - 4)
+    sigma = (trials * p * (1 - p)) ** 0.5
+    assert ((hits[4:] - trials * p).abs() < 4 * sigma).all()
 
 
 def oracle_round(method, env, round_index: int):
@@ -212,7 +215,8 @@ def test_bad_fedrec_settings_are_named_before_training(overrides, field):
 
 
 @needs_data
-@pytest.mark.parametrize("preset,row", [("fedrecpp/table2", "fedrecpp/fedrecpp_rho2"), ("fedrecpp/table3", "fedrecpp/etan4")])
+@pytest.mark.parametrize("preset,row", [("fedrecpp/table2", "fedrecpp/fedrecpp_rho2"),
+                                        ("fedrecpp/table3", "fedrecpp/etan4")])
 def test_presets_run_on_ml100k_as_written(preset, row):
     """The presets themselves (every client every round, predefined folds), for two rounds."""
     from fedrun.experiment import run

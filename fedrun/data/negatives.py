@@ -99,23 +99,68 @@ def sample_unrated(users: torch.Tensor, pos: torch.Tensor, pos_mask: torch.Tenso
     """Each client's ``counts[b]`` distinct items drawn uniformly *without replacement* from the
     items it has not rated (FedRec's hybrid filling) → items [B, K], mask [B, K], K = max count.
 
-    Every (user, item) pair gets a hashed random key; a client's sample is its ``counts[b]``
-    unrated items of smallest key — a uniform random subset that depends on (seed, user) only,
-    not on batching. ``counts`` must not exceed a client's number of unrated items. Clients are
-    processed in chunks of at most ``max_elements`` (client, item) keys.
+    A client whose sample is small next to its unrated items (4·count ≤ unrated) takes the first
+    ``count`` distinct unrated items of a hashed uniform stream over the catalogue (sequential
+    sampling without replacement: a uniform random subset) — cost O(count). The others, and the
+    rare client whose stream runs short, take the ``count`` unrated items of smallest hashed key
+    (also a uniform subset) — cost O(catalogue), in chunks of at most ``max_elements`` keys.
+    Every draw is keyed by (seed, user, ...), so a client's sample does not depend on batching.
+    ``counts`` must not exceed a client's number of unrated items.
     """
     B = users.numel()
     width = int(counts.max()) if B else 0
     items = torch.zeros(B, width, dtype=torch.int64, device=users.device)
+    mask = torch.arange(width, device=users.device).unsqueeze(0) < counts.unsqueeze(1)  # [B, K]
     if width == 0:
-        return items, torch.zeros(B, 0, dtype=torch.bool, device=users.device)
+        return items, mask
+    sparse = counts * 4 <= n_items - pos_mask.sum(1)  # [B]
+    done = torch.zeros(B, dtype=torch.bool, device=users.device)
+    if sparse.any():
+        rows = torch.nonzero(sparse).squeeze(1)
+        drawn, ok = _sequential_unrated(users[rows], pos[rows], pos_mask[rows], counts[rows], n_items, seed)
+        items[rows[ok], :drawn.shape[1]] = drawn[ok]
+        done[rows[ok]] = True
+    rest = torch.nonzero(~done).squeeze(1)
+    if rest.numel():
+        items[rest] = _smallest_key_unrated(users[rest], pos[rest], pos_mask[rest], width, n_items, seed, max_elements)
+    return torch.where(mask, items, torch.zeros_like(items)), mask
+
+
+def _sequential_unrated(users: torch.Tensor, pos: torch.Tensor, pos_mask: torch.Tensor, counts: torch.Tensor,
+                        n_items: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first ``counts[b]`` distinct unrated items of client b's stream of 2·count + 16 uniform
+    draws → items [B, max count] (valid up to counts[b]) and whether the stream sufficed [B]."""
+    length = 2 * counts + 16  # [B] draws per client: depends on the client alone
+    C = int(length.max())
+    position = torch.arange(C, device=users.device).unsqueeze(0)  # [1, C]
+    draws = hashrng.randint(seed, [users.unsqueeze(1), position, torch.full_like(position, -1)], n_items)  # [B, C]
+    keys, stride = _batch_keys(pos, pos_mask, n_items)
+    owner = torch.arange(users.numel(), device=users.device).unsqueeze(1)
+    usable = (position < length.unsqueeze(1)) & ~contains(keys, owner * stride + draws)  # [B, C]
+    ordered, order = torch.sort(torch.where(usable, draws, torch.full_like(draws, n_items)), dim=1, stable=True)
+    repeat = torch.zeros_like(usable)
+    repeat[:, 1:] = ordered[:, 1:] == ordered[:, :-1]  # later draws of an item already drawn
+    first = usable.clone()
+    first.scatter_(1, order, usable.gather(1, order) & ~repeat)
+    rank = first.long().cumsum(1)  # [B, C] 1-based rank of each first draw
+    take = first & (rank <= counts.unsqueeze(1))
+    width = int(counts.max())
+    out = torch.zeros(users.numel(), width, dtype=torch.int64, device=users.device)
+    row, column = take.nonzero(as_tuple=True)
+    out[row, rank[row, column] - 1] = draws[row, column]
+    return out, first.sum(1) >= counts
+
+
+def _smallest_key_unrated(users: torch.Tensor, pos: torch.Tensor, pos_mask: torch.Tensor, width: int,
+                          n_items: int, seed: int, max_elements: int) -> torch.Tensor:
+    """[B, width] each client's unrated items of smallest hashed (seed, user, item) key, in key order."""
+    items = torch.zeros(users.numel(), width, dtype=torch.int64, device=users.device)
     catalogue = torch.arange(n_items, device=users.device)  # [m]
     per_chunk = max(1, max_elements // n_items)
-    for chunk in torch.split(torch.arange(B, device=users.device), per_chunk):
+    for chunk in torch.split(torch.arange(users.numel(), device=users.device), per_chunk):
         keys = hashrng.randint(seed, [users[chunk].unsqueeze(1), catalogue.unsqueeze(0)], 1 << 62)  # [b, m]
         rated = torch.where(pos_mask[chunk], pos[chunk], torch.full_like(pos[chunk], n_items))  # [b, P]
         keys = torch.cat([keys, torch.zeros_like(keys[:, :1])], 1)  # a spare column for padding
         keys.scatter_(1, rated, 1 << 62)  # rated items sort last
         items[chunk] = torch.topk(keys[:, :n_items], width, dim=1, largest=False, sorted=True).indices
-    mask = torch.arange(width, device=users.device).unsqueeze(0) < counts.unsqueeze(1)  # [B, K]
-    return torch.where(mask, items, torch.zeros_like(items)), mask
+    return items
