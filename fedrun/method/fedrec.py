@@ -41,7 +41,7 @@ from fedrun.types import Aggregate, ClientBatch, RoundContext, Uploads
 
 @dataclass
 class FedRecConfig:
-    lr: float = 0.6  # γ (paper 0.8 [FedRec++ §5.2] diverges on some ml-100k folds here)
+    lr: float = 0.5  # γ (paper 0.8 [FedRec++ §5.2] diverges here: docs/reproductions/fedrecpp.md)
     lr_decay: float = 0.9  # γ ← 0.9γ after every iteration (Alg. 1 line 20)
     rho: float = 0.0  # ρ: sampled unrated items per rated item
     t_predict: int = 10  # iterations with the user's mean as virtual rating before predicting (Eq. 1)
