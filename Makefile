@@ -6,7 +6,9 @@ BIN    := $(VENV)/bin
 FEDRUN_DATA_DIR ?= $(if $(wildcard ../shared/datasets),$(abspath ../shared/datasets),$(HOME)/.cache/fedrun/datasets)
 export FEDRUN_DATA_DIR
 
-.PHONY: install test test-fast bench clean
+PEERS  := .venv-peers
+
+.PHONY: install test test-fast bench bench-peers clean
 
 install: $(BIN)/fedrun
 
@@ -26,6 +28,18 @@ test-fast: install
 
 bench: install
 	$(BIN)/python scripts/bench.py
+
+# W0 through Flower's simulation engine, beside fedrun, in a separate environment (Ray and Flower
+# stay out of the main one). Writes outputs/bench/peers/peers.md.
+$(PEERS)/bin/flwr:
+	$(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/pip install -q "flwr[simulation]==1.41.0" numpy
+
+bench-peers: install $(PEERS)/bin/flwr
+	$(BIN)/python scripts/bench_peers.py export
+	$(PEERS)/bin/python scripts/bench_peers.py flower
+	$(BIN)/python scripts/bench_peers.py fedrun
+	$(BIN)/python scripts/bench_peers.py report
 
 clean:
 	rm -rf outputs .pytest_cache .hypothesis build dist *.egg-info

@@ -232,3 +232,20 @@ def test_clients_per_round_all_and_bad_values():
     assert method.sampler.users(0).numel() == env.clients_with_data().numel()
     with pytest.raises(ConfigError, match="clients_per_round"):
         make_method(RATED + ["method=fedrec", "sim.clients_per_round=most"])
+
+
+def test_communication_is_counted_per_role():
+    """ρ = 1: an ordinary client sends |I_u| + 2|I'_u| rows (server + its denoiser); the denoisers
+    together receive every noise row; η = 0 costs |I_u ∪ I'_u| per client."""
+    plain, env = make_method(RATED + ["method=fedrec", "method.rho=1", "sim.clients_per_round=all"])
+    stats = plain.train_round(0).extra
+    sizes = env.train.sizes(env.clients_with_data()).double()
+    assert stats["comm_vectors_client"] == pytest.approx(float((2 * sizes).mean()))
+    method, env = make_method(RATED + ["method=fedrecpp", "method.rho=1", "method.denoisers=2",
+                                       "sim.clients_per_round=all"])
+    stats = method.train_round(0).extra
+    ordinary = env.train.sizes(env.clients_with_data())[method.role[env.clients_with_data()] < 0].double()
+    assert stats["comm_vectors_ordinary"] == pytest.approx(float((3 * ordinary).mean()))
+    received, uploaded = method.denoiser_rows
+    assert float(received.sum()) == pytest.approx(float(ordinary.sum()))
+    assert stats["comm_bytes_client"] > stats["comm_vectors_client"] * 80

@@ -168,8 +168,10 @@ class FedRec(FederatedMethod):
     def aggregate(self, uploads: Uploads, users: torch.Tensor, ctx: RoundContext) -> Aggregate:
         if self.audit is not None:
             self.round_metrics.update(self.audit.observe(users, uploads))
-        vectors = torch.bincount(uploads.row_client, minlength=uploads.n_clients).double().mean()
-        self.round_metrics.update(comm_vectors_ordinary=float(vectors), comm_vectors_client=float(vectors))
+        vectors = float(torch.bincount(uploads.row_client, minlength=uploads.n_clients).double().mean())
+        row_bytes = uploads.row_delta.shape[1] * uploads.row_delta.element_size() + 4  # vector + int32 item id
+        self.round_metrics.update(comm_vectors_ordinary=vectors, comm_vectors_client=vectors,
+                                  comm_bytes_ordinary=vectors * row_bytes, comm_bytes_client=vectors * row_bytes)
         return self.defense.aggregate(uploads)  # Eq. 2 with defense=mean
 
     def train_round(self, round_index: int) -> RoundStats:

@@ -143,7 +143,7 @@ class FedRecPP(FedRec):
         counts = torch.zeros(keys.numel(), dtype=delta.dtype, device=delta.device).index_add_(0, inverse, count)
         received = torch.bincount(rows.denoiser, minlength=self.n_denoisers)
         uploaded = torch.bincount(keys // n_items, minlength=self.n_denoisers)
-        self.denoiser_rows = (received + uploaded).double()  # [η] vectors each denoiser moved this iteration
+        self.denoiser_rows = (received.double(), uploaded.double())  # [η] each: rows received, rows uploaded
         return DenoiserUploads(keys // n_items, keys % n_items, summed, counts)
 
     # -- server side -----------------------------------------------------------------------
@@ -158,14 +158,20 @@ class FedRecPP(FedRec):
         return denoised_mean(uploads, relayed)
 
     def log_communication(self) -> None:
-        ordinary = torch.cat(self.sent_rows).double()  # [B_ordinary]
+        """Per iteration, in latent vectors (the paper's unit) and bytes: a row is a vector plus an
+        int32 item id; a denoiser's uploaded row also carries its float32 count."""
+        ordinary = torch.cat(self.sent_rows).double()  # [B_ordinary] rows to the server + to the channel
         self.sent_rows = []
-        vector_bytes = self.public.item.shape[1] * self.public.item.element_size()
-        total = float(ordinary.sum() + self.denoiser_rows.sum())
+        received, uploaded = self.denoiser_rows
+        row_bytes = self.public.item.shape[1] * self.public.item.element_size() + 4
+        denoiser = received + uploaded
+        denoiser_bytes = denoiser * row_bytes + uploaded * 4
         clients = ordinary.numel() + self.n_denoisers
         self.round_metrics.update(
             comm_vectors_ordinary=float(ordinary.mean()) if ordinary.numel() else 0.0,
-            comm_vectors_denoiser=float(self.denoiser_rows.mean()),
-            comm_vectors_client=total / clients,
-            comm_bytes_client=total * (vector_bytes + 4) / clients,  # + an int32 item id per row
+            comm_vectors_denoiser=float(denoiser.mean()),
+            comm_vectors_client=float(ordinary.sum() + denoiser.sum()) / clients,
+            comm_bytes_ordinary=float(ordinary.mean()) * row_bytes if ordinary.numel() else 0.0,
+            comm_bytes_denoiser=float(denoiser_bytes.mean()),
+            comm_bytes_client=float(ordinary.sum() * row_bytes + denoiser_bytes.sum()) / clients,
         )
