@@ -50,7 +50,7 @@ def export(out: Path) -> None:
 def flower(out: Path, rounds: int) -> None:
     import flwr
     from flwr.client import NumPyClient
-    from flwr.common import FitRes, Parameters, ndarrays_to_parameters, parameters_to_ndarrays
+    from flwr.common import FitRes, ndarrays_to_parameters, parameters_to_ndarrays
     from flwr.server import ServerConfig
     from flwr.server.strategy import FedAvg
     from flwr.simulation import start_simulation
