@@ -157,8 +157,10 @@ def report(out: Path) -> None:
     for r in (ours, flower_result):
         lines.append(f"| {r['peer']} | {r['seconds_per_round']:.3f} | "
                      f"{CLIENTS_PER_ROUND / r['seconds_per_round']:,.0f} | {r['peak_rss_gb']:.2f} |")
-    text = (f"# W0 peers ({platform.processor() or platform.machine()}, {platform.python_version()})\n\n"
-            + "\n".join(lines) + f"\n\nfedrun is **{ratio:.0f}×** Flower per round (target ≥ 250×). Flower's RSS is its "
+    machine = platform.processor() or platform.machine()
+    text = (f"# W0 peers ({machine}, {platform.python_version()})\n\n"
+            + "\n".join(lines) + f"\n\nfedrun is **{ratio:.0f}×** Flower per round (target ≥ 250×). "
+            "Flower's RSS is its "
             "driver's; its Ray workers are separate processes.\n")
     (out / "peers.md").write_text(text)
     print(text)

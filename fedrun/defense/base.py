@@ -11,6 +11,7 @@ from typing import ClassVar
 
 import torch
 
+from fedrun.sim.rows import sum_by_key
 from fedrun.types import Aggregate, Uploads
 
 
@@ -36,15 +37,11 @@ class LinearDefense(Defense):
     def aggregate(self, uploads: Uploads) -> Aggregate:
         data_size = uploads.weight if uploads.weight is not None else torch.ones(uploads.n_clients)
         weight = self.linear_weights(data_size.to(uploads.row_delta))  # [B]
-        items, inverse = torch.unique(uploads.row_item, return_inverse=True)  # [G], [R]
         row_weight = weight[uploads.row_client]  # [R]
-        total = torch.zeros(items.numel(), uploads.row_delta.shape[1], dtype=uploads.row_delta.dtype,
-                            device=uploads.row_delta.device)
-        total.index_add_(0, inverse, uploads.row_delta * row_weight.unsqueeze(1))  # [G, di]
+        items, total, item_weight = sum_by_key(uploads.row_item, uploads.row_delta * row_weight.unsqueeze(1),
+                                               row_weight)  # [G], [G, di], [G]
         dense = {k: torch.tensordot(weight, v, dims=1) for k, v in uploads.dense.items()}
         if self.normalized:
-            item_weight = torch.zeros(items.numel(), dtype=weight.dtype, device=weight.device)
-            item_weight.index_add_(0, inverse, row_weight)
             total = total / item_weight.unsqueeze(1)
             dense = {k: v / weight.sum() for k, v in dense.items()}
         return Aggregate(items, total, dense)

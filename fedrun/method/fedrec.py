@@ -166,13 +166,22 @@ class FedRec(FederatedMethod):
 
     # -- server side -----------------------------------------------------------------------
     def aggregate(self, uploads: Uploads, users: torch.Tensor, ctx: RoundContext) -> Aggregate:
-        if self.audit is not None:
-            self.round_metrics.update(self.audit.observe(users, uploads))
+        self.audit_uploads(uploads, users)
         vectors = float(torch.bincount(uploads.row_client, minlength=uploads.n_clients).double().mean())
         row_bytes = uploads.row_delta.shape[1] * uploads.row_delta.element_size() + 4  # vector + int32 item id
         self.round_metrics.update(comm_vectors_ordinary=vectors, comm_vectors_client=vectors,
                                   comm_bytes_ordinary=vectors * row_bytes, comm_bytes_client=vectors * row_bytes)
         return self.defense.aggregate(uploads)  # Eq. 2 with defense=mean
+
+    def audit_uploads(self, uploads: Uploads, users: torch.Tensor) -> None:
+        """With ``audit=true``: what the server can guess from the item ids of the ordinary
+        clients' uploads (``users`` [B] in upload order)."""
+        if self.audit is not None:
+            self.round_metrics.update(self.audit.observe(users, uploads, audited=self.ordinary(users)))
+
+    def ordinary(self, users: torch.Tensor) -> torch.Tensor | None:
+        """[B] which of the clients upload hybrid-filled rows (None: all of them)."""
+        return None
 
     def train_round(self, round_index: int) -> RoundStats:
         self.round_metrics = {}

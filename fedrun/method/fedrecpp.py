@@ -41,8 +41,9 @@ from fedrun.method.fedrec import FedRec, FedRecConfig, RatingProblem
 from fedrun.sim import hashrng
 from fedrun.sim.channel import AnonymousChannel
 from fedrun.sim.guards import check_finite
+from fedrun.sim.rows import sum_by_key
 from fedrun.sim.seeding import derive_seed, generator
-from fedrun.types import Aggregate, ClientBatch, DenoiserUploads, RoundContext, Uploads
+from fedrun.types import Aggregate, ClientBatch, DenoiserUploads, RelayedRows, RoundContext, Uploads
 
 
 @dataclass
@@ -69,10 +70,7 @@ def denoised_mean(uploads: Uploads, relayed: DenoiserUploads) -> Aggregate:
     item = torch.cat([uploads.row_item, relayed.item])
     delta = torch.cat([uploads.row_delta, -relayed.delta])
     count = torch.cat([torch.ones_like(uploads.row_item, dtype=delta.dtype), -relayed.count.to(delta.dtype)])
-    items, inverse = torch.unique(item, return_inverse=True)  # [G]
-    total = torch.zeros(items.numel(), delta.shape[1], dtype=delta.dtype, device=delta.device).index_add_(
-        0, inverse, delta)
-    raters = torch.zeros(items.numel(), dtype=delta.dtype, device=delta.device).index_add_(0, inverse, count)
+    items, total, raters = sum_by_key(item, delta, count)  # [G], [G, di], |U_i| [G]
     kept = raters > 0.5  # |U_i| is a whole number; 0 where only noise touched i
     return Aggregate(items[kept], total[kept] / raters[kept].unsqueeze(1))
 
@@ -92,9 +90,8 @@ class FedRecPP(FedRec):
         clients = env.clients_with_data()
         self.n_denoisers = denoiser_count(config.denoisers, clients.numel())
         order = torch.randperm(clients.numel(), generator=generator(env.sim.seed, "denoisers")).to(clients.device)
-        self.denoisers = clients[order[: self.n_denoisers]]  # [η] user ids (client side: who denoises)
         self.role = torch.full((env.n_users,), -1, dtype=torch.int64, device=env.device)  # denoiser index or −1
-        self.role[self.denoisers] = torch.arange(self.n_denoisers, device=env.device)
+        self.role[clients[order[: self.n_denoisers]]] = torch.arange(self.n_denoisers, device=env.device)
         self.channel = AnonymousChannel()
         self.held: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # denoisers' own rows
         self.sent_rows: list[torch.Tensor] = []  # [B] per bucket: each ordinary client's rows (server + channel)
@@ -126,11 +123,10 @@ class FedRecPP(FedRec):
         return (Uploads(uploads.n_clients, uploads.row_client[ordinary], uploads.row_item[ordinary],
                         uploads.row_delta[ordinary], {}, uploads.weight), new_user, loss)
 
-    def collect(self, round_index: int) -> DenoiserUploads:
-        """The denoisers' COLLECTING step (Alg. 2 lines 16–19), vectorized over denoisers: per
-        (denoiser, item) Σ received noise − own row (Eq. 9) and |U'_i^ũ| − own rating."""
-        width = self.public.item.shape[1]
-        rows = self.channel.deliver(generator(self.env.sim.seed, "channel", round_index), width, self.env.device)
+    def collect(self, rows: RelayedRows) -> DenoiserUploads:
+        """The denoisers' COLLECTING step (Alg. 2 lines 16–19), vectorized over denoisers: from the
+        rows the channel delivered, per (denoiser, item) Σ received noise − own row (Eq. 9) and
+        |U'_i^ũ| − own rating."""
         held = [torch.cat(parts) for parts in zip(*self.held)] if self.held else [rows.denoiser[:0], rows.item[:0],
                                                                                  rows.delta[:0]]
         self.held = []
@@ -138,31 +134,31 @@ class FedRecPP(FedRec):
         key = torch.cat([rows.denoiser * n_items + rows.item, held[0] * n_items + held[1]])
         delta = torch.cat([rows.delta, -held[2]])
         count = torch.cat([torch.ones_like(rows.item), -torch.ones_like(held[1])]).to(delta.dtype)
-        keys, inverse = torch.unique(key, return_inverse=True)
-        summed = torch.zeros(keys.numel(), width, dtype=delta.dtype, device=delta.device).index_add_(0, inverse, delta)
-        counts = torch.zeros(keys.numel(), dtype=delta.dtype, device=delta.device).index_add_(0, inverse, count)
-        received = torch.bincount(rows.denoiser, minlength=self.n_denoisers)
-        uploaded = torch.bincount(keys // n_items, minlength=self.n_denoisers)
-        self.denoiser_rows = (received.double(), uploaded.double())  # [η] each: rows received, rows uploaded
+        keys, summed, counts = sum_by_key(key, delta, count)
         return DenoiserUploads(keys // n_items, keys % n_items, summed, counts)
+
+    def ordinary(self, users: torch.Tensor) -> torch.Tensor:
+        return self.role[users] < 0  # denoisers upload only Eq. 9 sums, after collecting
 
     # -- server side -----------------------------------------------------------------------
     def aggregate(self, uploads: Uploads, users: torch.Tensor, ctx: RoundContext) -> Aggregate:
         if self.n_denoisers == 0:
             return super().aggregate(uploads, users, ctx)
-        if self.audit is not None:  # the ordinary clients' uploads (denoisers upload only Eq. 9 sums)
-            self.round_metrics.update(self.audit.observe(users, uploads, audited=self.role[users] < 0))
-        relayed = self.collect(ctx.round)  # client side (denoisers) → their uploads
+        self.audit_uploads(uploads, users)
+        width = self.public.item.shape[1]
+        rows = self.channel.deliver(generator(self.env.sim.seed, "channel", ctx.round), width, self.env.device)
+        relayed = self.collect(rows)  # client side (denoisers) → their uploads
         check_finite(relayed.delta, "the denoising clients (FedRecPP)", ctx.round)
-        self.log_communication()
+        self.log_communication(rows, relayed)
         return denoised_mean(uploads, relayed)
 
-    def log_communication(self) -> None:
+    def log_communication(self, rows: RelayedRows, relayed: DenoiserUploads) -> None:
         """Per iteration, in latent vectors (the paper's unit) and bytes: a row is a vector plus an
         int32 item id; a denoiser's uploaded row also carries its float32 count."""
         ordinary = torch.cat(self.sent_rows).double()  # [B_ordinary] rows to the server + to the channel
         self.sent_rows = []
-        received, uploaded = self.denoiser_rows
+        received = torch.bincount(rows.denoiser, minlength=self.n_denoisers).double()  # [η]
+        uploaded = torch.bincount(relayed.denoiser, minlength=self.n_denoisers).double()  # [η]
         row_bytes = self.public.item.shape[1] * self.public.item.element_size() + 4
         denoiser = received + uploaded
         denoiser_bytes = denoiser * row_bytes + uploaded * 4

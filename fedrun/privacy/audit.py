@@ -30,24 +30,17 @@ class MembershipAudit:
     def observe(self, users: torch.Tensor, uploads: Uploads, audited: torch.Tensor | None = None) -> dict[str, float]:
         """One round of uploads (``users`` [B]: the round's clients; ``audited`` [B] bool: whose
         uploads to audit, default all) → this round's audit metrics."""
-        if audited is not None:
-            users = torch.where(audited, users, torch.full_like(users, -1))
-            kept_rows = audited[uploads.row_client]
-            uploads = Uploads(uploads.n_clients, uploads.row_client[kept_rows], uploads.row_item[kept_rows],
-                              uploads.row_delta[kept_rows])
-            users_in_round = users[audited]
-        else:
-            users_in_round = users
-        keys = torch.unique(users[uploads.row_client] * self.n_items + uploads.row_item)  # sorted
+        row = torch.ones_like(uploads.row_client, dtype=torch.bool) if audited is None else audited[uploads.row_client]
+        users_in_round = users if audited is None else users[audited]
+        keys = torch.unique(users[uploads.row_client[row]] * self.n_items + uploads.row_item[row])  # sorted
         senders = torch.zeros_like(self.seen)
         senders[users_in_round] = True
-        users = users_in_round
         previous_owner = self.guess // self.n_items
         kept = self.guess[~senders[previous_owner] | contains(keys, self.guess)]  # intersect for this round's senders
         first_time = ~self.seen[keys // self.n_items]
         self.guess = torch.sort(torch.cat([kept, keys[first_time]])).values
         self.seen |= senders
-        metrics = self._score(keys, users, "round")
+        metrics = self._score(keys, users_in_round, "round")
         metrics.update(self._score(self.guess, torch.nonzero(self.seen).squeeze(1), "intersect"))
         return metrics
 

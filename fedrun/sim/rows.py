@@ -28,3 +28,13 @@ class _GatherRows(torch.autograd.Function):
 def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """table [N, d], index [*shape] → [*shape, d], differentiable w.r.t. ``table``."""
     return _GatherRows.apply(table, index)
+
+
+def sum_by_key(keys: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """keys [R], rows [R, d], weights [R] → the distinct keys [G] (sorted), Σ rows per key [G, d]
+    and Σ weights per key [G]: the per-item sums of every aggregation rule."""
+    distinct, inverse = torch.unique(keys, return_inverse=True)
+    summed = torch.zeros(distinct.numel(), rows.shape[1], dtype=rows.dtype, device=rows.device)
+    summed.index_add_(0, inverse, rows)
+    total = torch.zeros(distinct.numel(), dtype=weights.dtype, device=weights.device).index_add_(0, inverse, weights)
+    return distinct, summed, total
