@@ -105,7 +105,7 @@ def build_run(cfg: DictConfig) -> Built:
     env = RunEnv.create(split, p.sim, p.backbone)
     method = build(cfg.method, "method", Method, env=env, privacy=p.privacy, attack=p.attack, defense=p.defense)
     evaluator = build(cfg.eval, "eval", Evaluator, split=split, device=env.device,
-                      rating=p.backbone.config.loss == "mse", bytes_per_pair=p.backbone.full_score_bytes_per_pair())
+                      rating=p.backbone.rating_model, bytes_per_pair=p.backbone.full_score_bytes_per_pair())
     return Built(p, env, method, evaluator, label)
 
 

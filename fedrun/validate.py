@@ -26,6 +26,9 @@ def check_run(dataset: str, split: Split, backbone: Backbone, sim: SimConfig, me
           f"at most the {n_clients} clients with training data in {dataset}, or all")
     has_ratings = split.train.rating is not None
     if backbone.config.loss == "mse" and not has_ratings:
+        if "bpr" not in backbone.losses:
+            raise ConfigError("dataset", dataset, f"a dataset with ratings: backbone {type(backbone).__name__} "
+                                                  "fits explicit ratings")
         raise ConfigError("backbone.loss", "mse", f"a ranking loss (bpr, bce): {dataset} has no ratings")
     if eval_kind == "rating" and not has_ratings:
         raise ConfigError("eval.kind", "rating", f"ranking or auto: {dataset} has no ratings")

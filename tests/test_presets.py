@@ -35,8 +35,10 @@ def presets() -> list[tuple[str, str]]:
 @pytest.mark.parametrize("preset,row", presets())
 def test_every_preset_row_runs_one_round(preset, row):
     tiny = [o for o in TINY if not o.startswith("method.n_clusters") or row.endswith("/fedcl")]
-    if preset.startswith("fedrecpp/"):  # explicit ratings
+    if preset.startswith(("fedrecpp/", "lightfr/")):  # explicit ratings
         tiny += ["dataset.ratings=true", "dataset.split.protocol=random_ratio"]
+    if preset.startswith("lightfr/"):  # its data setups name real datasets
+        tiny = ["~setup", *tiny]
     cfg = compose_cfg([f"+experiment={preset}", f"row={row}", *tiny])
     assert cfg.get("paper") and cfg.get("experiment_name")
     result = run(cfg)
@@ -44,7 +46,8 @@ def test_every_preset_row_runs_one_round(preset, row):
 
 
 def test_presets_exist_for_the_paper_tables():
-    assert {"fedcl/table2", "fedcl/table3", "fedrecpp/table2", "fedrecpp/table3", "fedrecpp/fig2"} <= {
+    assert {"fedcl/table2", "fedcl/table3", "fedrecpp/table2", "fedrecpp/table3", "fedrecpp/fig2",
+            "lightfr/table5", "lightfr/table7"} <= {
         p for p, _ in presets()}
 
 

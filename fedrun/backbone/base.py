@@ -55,11 +55,17 @@ class Backbone:
 
     Config: ClassVar[type] = BackboneConfig
     losses: ClassVar[tuple[str, ...]] = ("bpr", "bce")
+    predicts_ratings: ClassVar[bool | None] = None  # None: when the loss is mse (eval.kind=auto)
 
     def __init__(self, config: BackboneConfig):
         self.config = config
         check(config.loss in self.losses, "backbone.loss", config.loss,
               f"one of {', '.join(self.losses)} for backbone {type(self).__name__}")
+
+    @property
+    def rating_model(self) -> bool:
+        """Whether ``eval.kind=auto`` reports rating errors (MAE / RMSE) rather than ranking metrics."""
+        return self.config.loss == "mse" if self.predicts_ratings is None else self.predicts_ratings
 
     @property
     def user_width(self) -> int:

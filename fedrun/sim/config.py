@@ -13,10 +13,10 @@ from fedrun.errors import ConfigError, check, check_choice
 class SimConfig:
     seed: int = 0  # training seed: initialisation, client sampling, negatives (the split has its own)
     epochs: int = 20  # global epochs; a federated epoch = every client with data sampled once
-    clients_per_round: int | str = 256  # c, or "all" (every client with data, every round)
+    clients_per_round: int | float | str = 256  # c, a fraction p in (0, 1) of the clients, or "all"
     sampling: str = "epoch"  # epoch: a permutation dealt per epoch | independent: c fresh clients every round
     local_epochs: int = 1  # local full-batch steps per round
-    max_rounds: int | None = None  # stop after this many rounds (quick runs / smoke tests)
+    max_rounds: int | None = None  # stop after this many rounds (0: evaluate the initial model)
     eval_every: int = 1  # validate every N epochs (0: only the final test)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     buckets: int = 8  # client buckets by data size per round (padding waste vs. launch count)
@@ -31,11 +31,12 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         check(self.epochs >= 1, "epochs", self.epochs, "an integer >= 1")
-        check(self.clients_per_round == "all" or (isinstance(self.clients_per_round, int)
-                                                  and self.clients_per_round >= 1),
-              "clients_per_round", self.clients_per_round, "an integer >= 1 or all")
+        per_round = self.clients_per_round
+        check(per_round == "all" or (isinstance(per_round, int) and not isinstance(per_round, bool) and per_round >= 1)
+              or (isinstance(per_round, float) and 0 < per_round < 1),
+              "clients_per_round", per_round, "an integer >= 1, a fraction in (0, 1) of the clients, or all")
         check(self.local_epochs >= 1, "local_epochs", self.local_epochs, "an integer >= 1")
-        check(self.max_rounds is None or self.max_rounds >= 1, "max_rounds", self.max_rounds, "null or an integer >= 1")
+        check(self.max_rounds is None or self.max_rounds >= 0, "max_rounds", self.max_rounds, "null or an integer >= 0")
         check(self.eval_every >= 0, "eval_every", self.eval_every, "an integer >= 0")
         check(self.buckets >= 1, "buckets", self.buckets, "an integer >= 1")
         check(self.min_bucket_clients >= 1, "min_bucket_clients", self.min_bucket_clients, "an integer >= 1")
@@ -48,8 +49,13 @@ class SimConfig:
               self.device, "auto, cpu, cuda or cuda:N")
 
     def round_size(self, n_clients: int) -> int:
-        """Clients per round for a dataset with ``n_clients`` clients holding data."""
-        return n_clients if self.clients_per_round == "all" else int(self.clients_per_round)
+        """Clients per round for a dataset with ``n_clients`` clients holding data (a fraction p gives
+        round(p·n), at least 1)."""
+        if self.clients_per_round == "all":
+            return n_clients
+        if isinstance(self.clients_per_round, float):
+            return max(1, round(self.clients_per_round * n_clients))
+        return int(self.clients_per_round)
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":

@@ -1,0 +1,253 @@
+"""LightFR: federated discrete optimization of binary codes (Zhang, Luo, Wu, He, Li, TOIS 2023,
+§3.2–3.3, Eq. 5–17, Alg. 1).
+
+Client u in round t (vectorized over the round's clients; sequential only over the f bits, as
+discrete coordinate descent requires):
+  1. with D_t fixed, update the private code b_u bit by bit, b_uk ← sign(F(b*_uk, b_uk)) (Eq. 9–10),
+     sweeping the f bits until no bit changes (at most ``max_sweeps`` sweeps);
+  2. ``aggregation=grad``: upload Δd^u_ik for every rated item and bit (Eq. 12);
+     ``aggregation=para``: update a local copy of each rated item's code by the same DCD on Eq. 11
+     and upload the copies D^u.
+Server: ``grad`` — D ← sign(F(Σ_u ΔD^u − balance term, D)) (Eq. 16); ``para`` — D_i ←
+sign(F(Σ_u D^u_i, D_i)) over the clients that uploaded row i (Eq. 17). Uploads are sign data.
+
+Everything is computed in integer "code units": scores s_ui = b_uᵀd_i ∈ [−f, f] and targets
+R_ui = f(2r_ui − 1), with r_ui the rating min-max scaled to [0, 1] over the training ratings. Then
+R_ui − s_ui = 2f(r_ui − sim(b_u, d_i)), and each update of the paper, multiplied by 2f² (which
+leaves its sign unchanged), reads
+
+  b*_uk = Σ_i (R_ui − s_ui) d_ik + α|Ω_u| b_uk − β Σ_{k'≠k} b_uk'      (user bit, Eq. 9)
+  Δd^u_ik = (R_ui − s_ui) b_uk + α_d d_ik                               (item gradient, Eq. 12)
+  d*_ik = Σ_u Δd^u_ik + γ d_ik − β Σ_{k'≠k} d_ik'                       (server bit, Eq. 14/16)
+
+``rule`` picks the constants (an open point: the paper's equations and its authors' code differ):
+  * ``paper`` — Eq. 9, 12, 16 as printed: the bit-k-excluded residual gives α = α_d = 1, the
+    balance constraint β = 4f²λ (λ Σ_{k'} over the bits of one code, Eq. 8), γ = 0.
+  * ``code`` — the authors' public code (hongleizhang/LightFR): the full residual (α_d = 0) plus a
+    "stay" term 2λ|Ω_u|b_uk for users (α = 2λ) and c·d_ik for items, c the round's number of
+    clients (γ = 1 per client); no balance term (β = 0).
+With ``rule=paper`` and λ = 0.6 the balance term outweighs the data term (|β| ≥ 4f²λ ≫ |Ω_u|·2f)
+and codes stop learning (docs/reproductions/lightfr.md); ``code`` is the default for that reason.
+
+Other choices: the server's data term uses the Δd the clients computed with D_t (the paper's
+matrix form, Eq. 16); the authors' code instead re-runs DCD sweeps at the server on raw ratings,
+which a server holding uploads only cannot do. The server still updates bits in order k = 1..f so
+the balance term sees the bits already updated. ``para``'s local item update uses α = 1 (paper) or
+2λ (code) for its one rating, and Eq. 17 sums over the row's uploaders only (summing all clients'
+unchanged copies would outvote every update). Clients are sampled without replacement
+(``sim.clients_per_round`` = p; the authors' code samples with replacement).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fedrun.backbone.base import PublicParams
+from fedrun.backbone.binary_mf import BinaryMF
+from fedrun.defense.mean import Mean
+from fedrun.defense.sum import Sum
+from fedrun.errors import ConfigError, check, check_choice, check_positive
+from fedrun.method.base import RoundStats
+from fedrun.method.federated import FederatedMethod
+from fedrun.method.server import Server
+from fedrun.sim.batching import LocalProblem
+from fedrun.sim.rows import sum_by_key
+from fedrun.types import Aggregate, RoundContext, Uploads
+
+
+@dataclass
+class LightFRConfig:
+    balance: float = 0.6  # λ, the balance-constraint trade-off [§4.1.4: 0.6]
+    aggregation: str = "grad"  # grad (Agg_grad, Eq. 16) | para (Agg_para, Eq. 17)
+    rule: str = "code"  # code (the authors' public code) | paper (Eq. 9, 12, 16 as printed)
+    max_sweeps: int = 10  # DCD sweeps over the f bits until no bit changes, at most this many
+
+    def __post_init__(self) -> None:
+        check_positive("balance", self.balance, allow_zero=True)
+        check_choice("aggregation", self.aggregation, ("grad", "para"))
+        check_choice("rule", self.rule, ("code", "paper"))
+        check(self.max_sweeps >= 1, "max_sweeps", self.max_sweeps, "an integer >= 1")
+
+
+@dataclass(frozen=True)
+class DCDWeights:
+    """The constants of the three bit updates in code units (module docstring)."""
+
+    user_self: float  # α: weight of |Ω_u| b_uk in b*_uk
+    item_self: float  # α_d: d_ik added to each Δd^u_ik (grad) / weight of d_ik in a local item update (para)
+    balance: float  # β: weight of Σ_{k'≠k} over the other bits of the same code
+    server_stay: float  # γ per client of the round: weight c·d_ik in the server's d*_ik
+
+    @staticmethod
+    def of(rule: str, lam: float, bits: int, aggregation: str) -> "DCDWeights":
+        if rule == "paper":
+            return DCDWeights(1.0, 1.0, 4.0 * bits * bits * lam, 0.0)
+        return DCDWeights(2.0 * lam, 2.0 * lam if aggregation == "para" else 0.0, 0.0, 1.0)
+
+
+def sign_keep(value: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+    """sign(F(value, old)) of Eq. 10/15: the sign of ``value``, or ``old`` where value is 0."""
+    return torch.where(value > 0, 1.0, torch.where(value < 0, -1.0, old)).to(old.dtype)
+
+
+def dcd_codes(codes: torch.Tensor, partners: torch.Tensor, target: torch.Tensor, mask: torch.Tensor,
+              self_weight: torch.Tensor, balance: float, max_sweeps: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Discrete coordinate descent on N independent codes (Eq. 9–10 / 11–12).
+
+    codes [N, f] ±1, each fitted to its partners' codes [N, P, f] (items for a user, the user for
+    an item copy) with targets [N, P] in code units where mask [N, P]; self_weight [N] multiplies
+    the code's own bit (α|Ω|). Bit k: c*_k = Σ_p (R − s) e_pk + self_weight c_k − β Σ_{k'≠k} c_k'.
+    Sweeps the bits in order until no code changes → (new codes, scores [N, P], sweeps run)."""
+    codes = codes.clone()
+    maskf = mask.to(codes.dtype)
+    score = torch.einsum("nf,npf->np", codes, partners)  # [N, P] s = cᵀe
+    total = codes.sum(1)  # [N] Σ_k c_k
+    sweeps = 0
+    for sweeps in range(1, max_sweeps + 1):
+        changed = False
+        for k in range(codes.shape[1]):
+            column = partners[:, :, k]  # [N, P]
+            bit = codes[:, k]
+            star = ((target - score) * maskf * column).sum(1) + self_weight * bit - balance * (total - bit)
+            new = sign_keep(star, bit)
+            step = new - bit  # [N] in {−2, 0, 2}
+            if bool(step.any()):
+                score += step.unsqueeze(1) * column
+                total += step
+                codes[:, k] = new
+                changed = True
+        if not changed:
+            break
+    return codes, score, sweeps
+
+
+class LightFRServer(Server):
+    """Holds the item codes D and applies Eq. 16 (grad) or Eq. 17 (para) to aggregates."""
+
+    def __init__(self, public: PublicParams, weights: DCDWeights, aggregation: str):
+        super().__init__(public)
+        self.weights, self.aggregation = weights, aggregation
+        self.flipped = 0.0  # fraction of the catalogue's bits the last step flipped
+
+    def step(self, aggregate: Aggregate, ctx: RoundContext) -> None:
+        codes = self.public.item  # [m, f]
+        before = codes.clone()
+        if self.aggregation == "para":  # Eq. 17: majority of the uploaded copies, ties keep the bit
+            codes[aggregate.items] = sign_keep(aggregate.item_delta, codes[aggregate.items])
+        else:  # Eq. 16, bit by bit so the balance term sees the bits already updated
+            data = torch.zeros_like(codes)
+            data[aggregate.items] = aggregate.item_delta
+            w = self.weights
+            total = codes.sum(1)  # [m]
+            for k in range(codes.shape[1]):
+                bit = codes[:, k]
+                star = data[:, k] + w.server_stay * ctx.n_clients * bit - w.balance * (total - bit)
+                new = sign_keep(star, bit)
+                total += new - bit
+                codes[:, k] = new
+        self.flipped = float((codes != before).double().mean())
+
+
+class LightFR(FederatedMethod):
+    Config = LightFRConfig
+
+    def __init__(self, config: LightFRConfig, env, **components):
+        if not isinstance(env.backbone, BinaryMF):
+            raise ConfigError("backbone", type(env.backbone).__name__, "backbone=binary-mf for method=lightfr")
+        if env.split.train.rating is None:
+            raise ConfigError("dataset", "(implicit feedback)",
+                              "a dataset with explicit ratings for method=lightfr (Eq. 5 fits ratings)")
+        rating = torch.as_tensor(env.split.train.rating)
+        self.rating_low, self.rating_high = float(rating.min()), float(rating.max())
+        self.weights = DCDWeights.of(config.rule, config.balance, env.backbone.config.dim, config.aggregation)
+        super().__init__(config, env, **components)
+        if self.privacy.transforms_uploads:
+            raise ConfigError("privacy", type(self.privacy).__name__,
+                              "privacy=none for method=lightfr: its uploads are signs and sign counts")
+        if not isinstance(self.defense, (Sum, Mean)):
+            raise ConfigError("defense", type(self.defense).__name__,
+                              "defense=mean or sum for method=lightfr: its server rule is Eq. 16/17 (a sum "
+                              "and a sign), whichever of the two is set")
+        self.round_metrics: dict[str, float] = {}
+
+    def make_server(self, public: PublicParams) -> Server:
+        return LightFRServer(public, self.weights, self.config.aggregation)
+
+    def describe(self) -> dict:
+        w = self.weights
+        return {"dcd_weights": f"alpha={w.user_self:g} alpha_d={w.item_self:g} beta={w.balance:g} "
+                               f"gamma={w.server_stay:g}",
+                "rating_scale": f"[{self.rating_low:g}, {self.rating_high:g}] -> [0, 1]"}
+
+    # -- client side -----------------------------------------------------------------------
+    def targets(self, ratings: torch.Tensor) -> torch.Tensor:
+        """Ratings → code-unit targets R = f(2r − 1), r min-max scaled to [0, 1]."""
+        span = max(self.rating_high - self.rating_low, 1e-12)
+        scaled = (ratings - self.rating_low) / span
+        return self.env.backbone.config.dim * (2.0 * scaled - 1.0)
+
+    def client_step(self, problem: LocalProblem) -> tuple[Uploads, torch.Tensor, torch.Tensor]:
+        batch, w, config = problem.batch, self.weights, self.config
+        mask = batch.pos_mask  # [B, P]
+        target = self.targets(batch.ratings) * mask  # [B, P]
+        items = self.public.item[batch.pos]  # [B, P, f] the downloaded D_t rows of the rated items
+        user = self.private.user[batch.users]  # [B, f]
+        n_rated = mask.sum(1).to(user.dtype)  # [B]
+        sweeps = []
+        for _ in range(self.env.sim.local_epochs):  # E epochs of Alg. 1 (lines 13-22)
+            user, score, run = dcd_codes(user, items, target, mask, w.user_self * n_rated, w.balance,
+                                         config.max_sweeps)
+            sweeps.append(run)
+            if config.aggregation == "para":
+                items, score = self.local_item_codes(user, items, target, mask)
+        residual = (target - score) * mask  # [B, P] R − s
+        f = user.shape[1]
+        loss = (residual / (2 * f)).pow(2).sum(1) / n_rated  # mean (r − sim)² per client
+        client, column = mask.nonzero(as_tuple=True)  # [Rw]
+        if config.aggregation == "para":
+            rows = items[client, column]  # [Rw, f] the updated copies D^u
+        else:  # Eq. 12: Δd^u_ik = (R − s) b_uk + α_d d_ik
+            rows = residual[client, column].unsqueeze(1) * user[client] + w.item_self * items[client, column]
+        self.round_metrics["dcd_sweeps_user"] = max(self.round_metrics.get("dcd_sweeps_user", 0), max(sweeps))
+        uploads = Uploads(batch.size, client, batch.pos[client, column], rows, {}, problem.weight)
+        return uploads, user, loss
+
+    def local_item_codes(self, user: torch.Tensor, items: torch.Tensor, target: torch.Tensor,
+                         mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Agg_para's local step (Eq. 11): DCD on each rated item's copy against the one user code →
+        (copies [B, P, f], scores [B, P])."""
+        B, P, f = items.shape
+        partners = user.unsqueeze(1).expand(B, P, f).reshape(B * P, 1, f)
+        self_weight = torch.full((B * P,), self.weights.item_self, dtype=user.dtype, device=user.device)
+        copies, score, _ = dcd_codes(items.reshape(B * P, f), partners, target.reshape(B * P, 1),
+                                     mask.reshape(B * P, 1), self_weight, self.weights.balance,
+                                     self.config.max_sweeps)
+        return copies.view(B, P, f), score.view(B, P)
+
+    # -- server side -----------------------------------------------------------------------
+    def aggregate(self, uploads: Uploads, users: torch.Tensor, ctx: RoundContext) -> Aggregate:
+        """Σ over each row's uploaders (Eq. 16's Σ_u ΔD^u, Eq. 17's Σ_u D^u); the sign is the server's step."""
+        items, total, _ = sum_by_key(uploads.row_item, uploads.row_delta,
+                                     torch.ones_like(uploads.row_item, dtype=uploads.row_delta.dtype))
+        rows = torch.bincount(uploads.row_client, minlength=uploads.n_clients).double()
+        self.round_metrics["comm_bytes_up"] = float(rows.mean()) * self.upload_row_bytes()
+        return Aggregate(items, total)
+
+    def upload_row_bytes(self) -> int:
+        """One uploaded row as sent: int32 item id + packed signs (+ a float32 residual for grad, whose
+        row is e_ui·b_u + α_d d_i: one scalar and the f signs of b_u, D_i being known to the server)."""
+        code = self.env.backbone.code_bytes()
+        return 4 + code + (4 if self.config.aggregation == "grad" else 0)
+
+    def download_bytes(self, rows: torch.Tensor) -> float:
+        """A client downloads the whole packed item matrix D (it ranks the catalogue on device)."""
+        return float(self.env.n_items * self.env.backbone.code_bytes())
+
+    def train_round(self, round_index: int) -> RoundStats:
+        self.round_metrics = {}
+        stats = super().train_round(round_index)
+        stats.bytes_up = self.round_metrics.pop("comm_bytes_up", stats.bytes_up)
+        stats.extra.update(self.round_metrics, item_bits_flipped=self.server.flipped)
+        return stats
