@@ -41,10 +41,12 @@ def oracle_dcd(code, partners, targets, self_weight, balance, max_sweeps):
     return code
 
 
-@pytest.mark.parametrize("rule,aggregation", [("code", "grad"), ("paper", "grad"), ("code", "para"),
-                                              ("paper", "para")])
-def test_client_step_matches_per_client_per_bit_loop(rule, aggregation):
-    overrides = LIGHTFR + [f"method.rule={rule}", f"method.aggregation={aggregation}", "method.balance=0.002"]
+@pytest.mark.parametrize("rule,aggregation,stay", [("code", "grad", "clients"), ("code", "grad", "raters"),
+                                                   ("paper", "grad", "clients"), ("code", "para", "clients"),
+                                                   ("paper", "para", "clients")])
+def test_client_step_matches_per_client_per_bit_loop(rule, aggregation, stay):
+    overrides = LIGHTFR + [f"method.rule={rule}", f"method.aggregation={aggregation}", "method.balance=0.002",
+                           f"method.item_stay={stay}"]
     method, env = make_method(overrides)
     problem = method.problems(method.sampler.users(0), 0)[0]
     uploads, new_user, _ = method.client_step(problem)

@@ -25,7 +25,10 @@ leaves its sign unchanged), reads
     balance constraint β = 4f²λ (λ Σ_{k'} over the bits of one code, Eq. 8), γ = 0.
   * ``code`` — the authors' public code (hongleizhang/LightFR): the full residual (α_d = 0) plus a
     "stay" term 2λ|Ω_u|b_uk for users (α = 2λ) and c·d_ik for items, c the round's number of
-    clients (γ = 1 per client); no balance term (β = 0).
+    clients (γ = 1 per client); no balance term (β = 0). The code's c counts every sampled client,
+    raters of i or not (``len`` of a 0/1 column; the user side counts the user's ratings), which
+    freezes items with few raters on large datasets: ``item_stay=raters`` instead sends the stay
+    term with each rating, 2λ d_ik per rater (α_d = 2λ, γ = 0), mirroring the user side.
 With ``rule=paper`` and λ = 0.6 the balance term outweighs the data term (|β| ≥ 4f²λ ≫ |Ω_u|·2f)
 and codes stop learning (docs/reproductions/lightfr.md); ``code`` is the default for that reason.
 
@@ -63,12 +66,14 @@ class LightFRConfig:
     aggregation: str = "grad"  # grad (Agg_grad, Eq. 16) | para (Agg_para, Eq. 17)
     rule: str = "code"  # code (the authors' public code) | paper (Eq. 9, 12, 16 as printed)
     max_sweeps: int = 10  # DCD sweeps over the f bits until no bit changes, at most this many
+    item_stay: str = "clients"  # rule=code, grad: the server's stay term c·d_ik (the code) | 2λ|Ω_i^s|·d_ik
 
     def __post_init__(self) -> None:
         check_positive("balance", self.balance, allow_zero=True)
         check_choice("aggregation", self.aggregation, ("grad", "para"))
         check_choice("rule", self.rule, ("code", "paper"))
         check(self.max_sweeps >= 1, "max_sweeps", self.max_sweeps, "an integer >= 1")
+        check_choice("item_stay", self.item_stay, ("clients", "raters"))
 
 
 @dataclass(frozen=True)
@@ -81,10 +86,12 @@ class DCDWeights:
     server_stay: float  # γ per client of the round: weight c·d_ik in the server's d*_ik
 
     @staticmethod
-    def of(rule: str, lam: float, bits: int, aggregation: str) -> "DCDWeights":
+    def of(rule: str, lam: float, bits: int, aggregation: str, item_stay: str = "clients") -> "DCDWeights":
         if rule == "paper":
             return DCDWeights(1.0, 1.0, 4.0 * bits * bits * lam, 0.0)
-        return DCDWeights(2.0 * lam, 2.0 * lam if aggregation == "para" else 0.0, 0.0, 1.0)
+        if aggregation == "para" or item_stay == "raters":  # the stay term travels with each rating
+            return DCDWeights(2.0 * lam, 2.0 * lam, 0.0, 0.0)
+        return DCDWeights(2.0 * lam, 0.0, 0.0, 1.0)
 
 
 def sign_keep(value: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
@@ -161,7 +168,8 @@ class LightFR(FederatedMethod):
                               "a dataset with explicit ratings for method=lightfr (Eq. 5 fits ratings)")
         rating = torch.as_tensor(env.split.train.rating)
         self.rating_low, self.rating_high = float(rating.min()), float(rating.max())
-        self.weights = DCDWeights.of(config.rule, config.balance, env.backbone.config.dim, config.aggregation)
+        self.weights = DCDWeights.of(config.rule, config.balance, env.backbone.config.dim, config.aggregation,
+                                     config.item_stay)
         super().__init__(config, env, **components)
         if self.privacy.transforms_uploads:
             raise ConfigError("privacy", type(self.privacy).__name__,
