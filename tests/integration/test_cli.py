@@ -51,14 +51,14 @@ def test_multirun_sweep_records_every_job_and_report_summarizes(tmp_path):
 
 
 def test_failed_job_in_a_sweep_does_not_stop_the_others():
-    result = fedrun("-m", *QUICK, "method=pop", "sim.max_rounds=1,0", "track.experiment=sweep2")
+    result = fedrun("-m", *QUICK, "method=pop", "sim.local_epochs=1,0", "track.experiment=sweep2")
     assert result.returncode == 0, result.stderr
-    assert "sim.max_rounds=0 is not allowed" in result.stderr
+    assert "sim.local_epochs=0 is not allowed" in result.stderr
     client = MlflowClient()
     runs = client.search_runs([client.get_experiment_by_name("sweep2").experiment_id])
     assert sorted(r.info.status for r in runs) == ["FAILED", "FINISHED"]
     (failed,) = [r for r in runs if r.info.status == "FAILED"]
-    assert "sim.max_rounds=0 is not allowed" in failed.data.tags["fedrun.failure_reason"]
+    assert "sim.local_epochs=0 is not allowed" in failed.data.tags["fedrun.failure_reason"]
 
 
 def test_parallel_joblib_jobs_share_one_sqlite_store():
