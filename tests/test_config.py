@@ -35,6 +35,8 @@ def test_every_option_resolves_and_validates(path):
 
 BAD = [
     ("sim.clients_per_round=0", "sim.clients_per_round"),
+    ("sim.clients_per_round=1.5", "sim.clients_per_round"),
+    ("sim.max_rounds=-1", "sim.max_rounds"),
     ("sim.epochs=abc", "sim.epochs"),
     ("method.optimizer.lr=-1", "method.optimizer.lr"),
     ("method.optimizer.name=rmsprop", "method.optimizer.name"),
@@ -64,3 +66,10 @@ def test_bad_value_names_the_field(overrides, field):
 def test_cuda_requested_without_gpu_is_a_config_error():
     with pytest.raises(ConfigError, match="sim.device"):
         plan(compose_cfg(["sim.device=cuda"]))
+
+
+def test_clients_per_round_as_a_fraction_of_the_clients():
+    assert SimConfig(clients_per_round=0.6).round_size(943) == 566  # round(p·n)
+    assert SimConfig(clients_per_round=0.001).round_size(943) == 1  # at least one client
+    assert SimConfig(clients_per_round="all").round_size(943) == 943
+    assert SimConfig(clients_per_round=16).round_size(943) == 16

@@ -117,17 +117,18 @@ def test_agg_para_is_a_majority_vote_that_keeps_ties():
     assert server.public.item.tolist() == [[-1.0, -1.0, 1.0], [1.0, 1.0, 1.0]]
 
 
-def test_uploads_are_signs_and_communication_is_counted_in_bits():
-    method, env = make_method(LIGHTFR + ["method.aggregation=para", "sim.clients_per_round=8"])
+@pytest.mark.parametrize("aggregation,residual_bytes", [("para", 0), ("grad", 4)])
+def test_uploads_are_signs_and_communication_is_counted_in_bits(aggregation, residual_bytes):
+    method, env = make_method(LIGHTFR + [f"method.aggregation={aggregation}", "sim.clients_per_round=8"])
     stats = method.train_round(0)
     f, m = env.backbone.config.dim, env.n_items
     users = method.sampler.users(0)
     rated = env.train.sizes(users).double().mean()
     assert stats.bytes_down == m * f / 8
-    assert stats.bytes_up == pytest.approx(float(rated) * (4 + f / 8))
-    problem = method.problems(users, 1)[0]
-    uploads, _, _ = method.client_step(problem)
-    assert set(uploads.row_delta.unique().tolist()) <= {-1.0, 1.0}
+    assert stats.bytes_up == pytest.approx(float(rated) * (4 + f / 8 + residual_bytes))
+    if aggregation == "para":
+        uploads, _, _ = method.client_step(method.problems(users, 1)[0])
+        assert set(uploads.row_delta.unique().tolist()) <= {-1.0, 1.0}
     assert 0 <= stats.extra["item_bits_flipped"] <= 1 and stats.extra["dcd_sweeps_user"] >= 1
 
 
@@ -159,6 +160,9 @@ def test_faiss_and_torch_hamming_search_agree(n_items, bits, k):
     (["method.rule=both"], "method.rule"),
     (["method.aggregation=mean"], "method.aggregation"),
     (["backbone.dim=12"], "backbone.dim"),
+    (["backbone.l2=0.01"], "backbone.l2"),
+    (["method.rule=paper", "method.item_stay=raters"], "method.item_stay"),
+    (["method.aggregation=para", "method.item_stay=raters"], "method.item_stay"),
 ])
 def test_bad_settings_are_named(overrides, field):
     with pytest.raises(ConfigError) as err:
@@ -179,4 +183,4 @@ def test_lightfr_learns_on_filmtrust_and_is_reproducible():
 def test_zero_rounds_evaluates_the_initial_codes():
     """``sim.max_rounds=0`` (Table 7's Random row): no training, the random codes are tested."""
     result = run(compose_cfg([*SMALL, *LIGHTFR, "sim.max_rounds=0", "eval.kind=ranking"]))
-    assert result.rounds == 0 and set(result.test) >= {"hr_at_10", "ndcg_at_10"}
+    assert result.rounds == 0 and result.train_seconds == 0 and set(result.test) >= {"hr_at_10", "ndcg_at_10"}

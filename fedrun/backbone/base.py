@@ -55,7 +55,6 @@ class Backbone:
 
     Config: ClassVar[type] = BackboneConfig
     losses: ClassVar[tuple[str, ...]] = ("bpr", "bce")
-    predicts_ratings: ClassVar[bool | None] = None  # None: when the loss is mse (eval.kind=auto)
 
     def __init__(self, config: BackboneConfig):
         self.config = config
@@ -65,7 +64,7 @@ class Backbone:
     @property
     def rating_model(self) -> bool:
         """Whether ``eval.kind=auto`` reports rating errors (MAE / RMSE) rather than ranking metrics."""
-        return self.config.loss == "mse" if self.predicts_ratings is None else self.predicts_ratings
+        return self.config.loss == "mse"
 
     @property
     def user_width(self) -> int:

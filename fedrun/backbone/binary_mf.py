@@ -27,12 +27,16 @@ class BinaryMFConfig(BackboneConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check(self.dim % 8 == 0, "dim", self.dim, "a multiple of 8 (codes are packed into bytes)")
+        check(self.l2 == 0, "l2", self.l2, "0: ||B||² + ||D||² is constant for ±1 codes (LightFR §3.2)")
 
 
 class BinaryMF(Backbone):
     Config = BinaryMFConfig
     losses = ("mse",)
-    predicts_ratings = False  # a ranking model: evaluated by HR / NDCG (LightFR §4.1.3)
+
+    @property
+    def rating_model(self) -> bool:
+        return False  # fitted to ratings, but a ranking model: evaluated by HR / NDCG (LightFR §4.1.3)
 
     def init_params(self, n_users: int, n_items: int, generator: torch.Generator) -> tuple[PrivateParams, PublicParams]:
         user = random_codes(n_users, self.config.dim, generator)

@@ -38,7 +38,9 @@ which a server holding uploads only cannot do. The server still updates bits in 
 the balance term sees the bits already updated. ``para``'s local item update uses α = 1 (paper) or
 2λ (code) for its one rating, and Eq. 17 sums over the row's uploaders only (summing all clients'
 unchanged copies would outvote every update). Clients are sampled without replacement
-(``sim.clients_per_round`` = p; the authors' code samples with replacement).
+(``sim.clients_per_round`` = p; the authors' code samples with replacement). The server rule is
+Eq. 16/17 itself, so ``defense`` takes no part: mean (the default) and sum are accepted, robust
+rules are refused.
 """
 
 from __future__ import annotations
@@ -74,6 +76,8 @@ class LightFRConfig:
         check_choice("rule", self.rule, ("code", "paper"))
         check(self.max_sweeps >= 1, "max_sweeps", self.max_sweeps, "an integer >= 1")
         check_choice("item_stay", self.item_stay, ("clients", "raters"))
+        check(self.item_stay == "clients" or (self.rule == "code" and self.aggregation == "grad"), "item_stay",
+              self.item_stay, "clients unless rule=code and aggregation=grad (the only server rule with a stay term)")
 
 
 @dataclass(frozen=True)
