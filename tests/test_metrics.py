@@ -21,10 +21,10 @@ class FixedScores:
     def __init__(self, scores: torch.Tensor):
         self.scores = scores
 
-    def score_users(self, users):
+    def score_users(self, users, history=()):
         return self.scores[users].clone()
 
-    def score_pairs(self, users, items):
+    def score_pairs(self, users, items, history=()):
         return self.scores[users, items]
 
 

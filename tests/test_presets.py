@@ -21,24 +21,32 @@ TINY = ["dataset=synthetic", "dataset.n_users=60", "dataset.n_items=80", "datase
         "sim.max_rounds=1", "sim.clients_per_round=8", "sim.progress=false", "track=none", "method.n_clusters=4"]
 
 
-def presets() -> list[tuple[str, str]]:
-    """(preset, row) for every preset that sweeps, and every row it sweeps."""
+def swept(params, key: str) -> list[str | None]:
+    values = [v.strip() for v in str(params.get(key, "")).split(",") if v.strip()]
+    return values or [None]
+
+
+def presets() -> list[tuple[str, str, str | None]]:
+    """(preset, row, backbone) for every preset that sweeps, every row and backbone it sweeps."""
     out = []
     for path in sorted(EXPERIMENTS.rglob("*.yaml")):
         params = OmegaConf.load(path).get("hydra", {}).get("sweeper", {}).get("params", {})
         if params:
             name = path.relative_to(EXPERIMENTS).with_suffix("").as_posix()
-            out += [(name, row.strip()) for row in str(params.get("row", "")).split(",") if row.strip()]
+            out += [(name, row, backbone) for row in swept(params, "row") for backbone in swept(params, "backbone")
+                    if row is not None]
     return out
 
 
-@pytest.mark.parametrize("preset,row", presets())
-def test_every_preset_row_runs_one_round(preset, row):
+@pytest.mark.parametrize("preset,row,backbone", presets())
+def test_every_preset_row_runs_one_round(preset, row, backbone):
     tiny = [o for o in TINY if not o.startswith("method.n_clusters") or row.endswith("/fedcl")]
     if preset.startswith(("fedrecpp/", "lightfr/")):  # explicit ratings
         tiny += ["dataset.ratings=true", "dataset.split.protocol=random_ratio"]
     if preset.startswith("lightfr/"):  # its data setups name real datasets
         tiny = ["~setup", *tiny]
+    if backbone is not None:
+        tiny.append(f"backbone={backbone}")
     cfg = compose_cfg([f"+experiment={preset}", f"row={row}", *tiny])
     assert cfg.get("paper") and cfg.get("experiment_name")
     result = run(cfg)
@@ -48,7 +56,7 @@ def test_every_preset_row_runs_one_round(preset, row):
 def test_presets_exist_for_the_paper_tables():
     assert {"fedcl/table2", "fedcl/table3", "fedrecpp/table2", "fedrecpp/table3", "fedrecpp/fig2",
             "lightfr/table5", "lightfr/table7"} <= {
-        p for p, _ in presets()}
+        p for p, _, _ in presets()}
 
 
 @pytest.mark.integration
@@ -56,6 +64,7 @@ def test_report_prints_the_paper_beside_fedrun(tmp_path):
     fedrun = shutil.which("fedrun") or str(Path(sys.executable).parent / "fedrun")
     report = shutil.which("fedrun-report") or str(Path(sys.executable).parent / "fedrun-report")
     sweep = subprocess.run([fedrun, "-m", "+experiment=fedcl/table3", "row=fedcl/fed,fedcl/fedcl", "dataset=ml-1m",
+                            "backbone=fedcl/ncf",
                             "sim.seed=1", "sim.max_rounds=2", "sim.progress=false", "method.n_clusters=4",
                             "sim.eval_every=0", "track.experiment=preset-report", "dataset.split.seed=0"],
                            capture_output=True, text=True, timeout=600)

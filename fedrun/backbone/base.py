@@ -15,7 +15,7 @@ import torch
 
 from fedrun.errors import check, check_choice, check_positive
 
-LOSSES = ("bpr", "bce", "mse")
+LOSSES = ("bpr", "bce", "mse", "ce")
 
 
 @dataclass
@@ -39,7 +39,7 @@ class PublicParams:
 @dataclass
 class BackboneConfig:
     dim: int = 32  # embedding size
-    loss: str = "bpr"  # bpr | bce | mse (explicit ratings)
+    loss: str = "bpr"  # bpr | bce | mse (explicit ratings) | ce (softmax; sequential backbones)
     init_std: float = 0.1  # std of the normal initialisation of embeddings
     l2: float = 0.0  # per-example L2 on the embeddings an example uses (PMF's λ, FedRec's α)
 

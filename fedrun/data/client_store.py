@@ -46,9 +46,14 @@ class ClientStore:
         sizes = self.indptr[1:] - self.indptr[:-1]
         return sizes if users is None else sizes[users]
 
-    def gather(self, users: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Pad the clients' rows: items [B, P], mask [B, P], ratings [B, P] or None."""
+    def gather(self, users: torch.Tensor, last: int | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Pad the clients' rows: items [B, P], mask [B, P], ratings [B, P] or None.
+
+        ``last``: keep only each client's last ``last`` rows (the most recent, in time order)."""
         start, size = self.indptr[users], self.sizes(users)  # [B], [B]
+        if last is not None:
+            start, size = start + (size - last).clamp_min(0), size.clamp_max(last)
         width = int(size.max()) if users.numel() else 0
         offset = torch.arange(width, device=users.device)  # [P]
         mask = offset[None, :] < size[:, None]  # [B, P]
@@ -66,11 +71,30 @@ class ClientStore:
         index = self.indptr[users][owner] + position
         return owner, position, self.items[index], None if self.ratings is None else self.ratings[index]
 
-    def client_batch(self, users: torch.Tensor) -> "ClientBatch":
-        items, mask, ratings = self.gather(users)
+    def client_batch(self, users: torch.Tensor, last: int | None = None) -> "ClientBatch":
+        items, mask, ratings = self.gather(users, last)
         return ClientBatch(users, items, mask, ratings)
 
     def sorted_keys(self) -> torch.Tensor:
         """Sorted ``user * n_items + item`` keys, for membership tests (negative sampling, masking)."""
         users = torch.repeat_interleave(torch.arange(self.n_users, device=self.items.device), self.sizes())
         return torch.sort(users * self.n_items + self.items).values
+
+
+def recent_history(stores: list[ClientStore], users: torch.Tensor, last: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each user's rows across ``stores`` (in that order: e.g. train then validation), keeping the
+    last ``last`` of them, left-aligned → items [U, W], mask [U, W] with W ≤ ``last``."""
+    parts = [store.gather(users, last) for store in stores]
+    items = torch.cat([p[0] for p in parts], 1)  # [U, M]
+    mask = torch.cat([p[1] for p in parts], 1)
+    count = mask.sum(1, keepdim=True)  # [U, 1]
+    rank = mask.cumsum(1) - 1  # position among the user's real rows
+    keep = mask & (rank >= count - last)
+    slot = rank - (count - last).clamp_min(0)  # [U, M] target column of a kept row
+    width = int(count.clamp_max(last).max()) if users.numel() else 0
+    out = torch.zeros(users.numel(), width, dtype=items.dtype, device=items.device)
+    out_mask = torch.zeros(users.numel(), width, dtype=torch.bool, device=items.device)
+    row = torch.arange(users.numel(), device=items.device).unsqueeze(1).expand_as(items)
+    out[row[keep], slot[keep]] = items[keep]
+    out_mask[row[keep], slot[keep]] = True
+    return out, out_mask

@@ -44,10 +44,14 @@ class Evaluator:
                        for name, part in (("train", split.train), ("valid", split.valid), ("test", split.test))
                        if part is not None}
 
+    def history(self, part: str) -> list[ClientStore]:
+        """The user's history when ``part`` is predicted: train, then validation at test time."""
+        return [self.stores["train"]] + ([self.stores["valid"]] if part == "test" and "valid" in self.stores else [])
+
     def masks(self, part: str) -> list[ClientStore]:
         if not self.config.mask_history:
             return []
-        return [self.stores["train"]] + ([self.stores["valid"]] if part == "test" and "valid" in self.stores else [])
+        return self.history(part)
 
     @torch.no_grad()
     def evaluate(self, method: Method, part: str) -> dict[str, float]:
@@ -56,7 +60,7 @@ class Evaluator:
             data = getattr(self.split, part)
             users = torch.as_tensor(data.user, device=self.device)
             items = torch.as_tensor(data.item, device=self.device)
-            predicted = torch.cat([method.score_pairs(u, i) for u, i in
+            predicted = torch.cat([method.score_pairs(u, i, self.history(part)) for u, i in
                                    zip(torch.split(users, 1 << 16), torch.split(items, 1 << 16))])
             if self.config.clip_ratings:
                 train = self.split.train.rating

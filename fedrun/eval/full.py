@@ -41,7 +41,7 @@ class Full(Evaluator):
         n_items = self.split.n_items
         sums: dict[str, float] = defaultdict(float)
         for chunk in torch.split(users, self.chunk_users(n_items)):
-            scores = method.score_users(chunk)  # [U, I]
+            scores = method.score_users(chunk, self.history(part))  # [U, I]
             for store in self.masks(part):
                 rows, _, items, _ = store.flat(chunk)  # unpadded: a long history costs only its length
                 scores[rows, items] = float("-inf")

@@ -7,10 +7,11 @@ hooks; the round loop itself exists once, there.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 import torch
 
+from fedrun.data.client_store import ClientStore
 from fedrun.sim.env import RunEnv
 
 
@@ -37,12 +38,17 @@ class Method:
         raise NotImplementedError
 
     @torch.no_grad()
-    def score_users(self, users: torch.Tensor) -> torch.Tensor:
-        """users [U] → scores over the whole catalogue [U, n_items] (on each client's device)."""
+    def score_users(self, users: torch.Tensor, history: Sequence[ClientStore] = ()) -> torch.Tensor:
+        """users [U] → scores over the whole catalogue [U, n_items] (on each client's device).
+
+        ``history``: the stores whose rows, in order, form each user's history at this point
+        of the protocol (train; train then validation at test time). Sequential backbones
+        infer the user from it; ID-based models ignore it."""
         raise NotImplementedError
 
     @torch.no_grad()
-    def score_pairs(self, users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+    def score_pairs(self, users: torch.Tensor, items: torch.Tensor,
+                    history: Sequence[ClientStore] = ()) -> torch.Tensor:
         """users [N], items [N] → predicted scores / ratings [N]."""
         raise NotImplementedError
 

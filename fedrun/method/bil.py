@@ -67,7 +67,13 @@ class BIL(FedCL):
 
     def local_loss(self, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
                    net: dict[str, torch.Tensor]) -> torch.Tensor:
-        loss = positive_only_loss(self.env.backbone, problem, user, item_table, net)
+        if problem.sequence is not None:  # one query per target position
+            queries, rows = self.sequence_queries(problem, item_table, net)
+            weight = problem.sequence.target.to(rows.dtype)  # [B, P]
+            scores = (queries * rows).sum(-1)
+            loss = (F.softplus(-scores) * weight).sum(1) / weight.sum(1).clamp_min(1)
+        else:
+            loss = positive_only_loss(self.env.backbone, problem, user, item_table, net)
         if self.config.spread_weight:
             loss = loss + self.config.spread_weight * spread_out(item_table, problem.item_mask)
         return loss

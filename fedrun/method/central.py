@@ -5,15 +5,24 @@ One round = one epoch: every training (user, item) pair once, shuffled, in mini-
 ``batch_size`` with ``num_negatives`` negatives per positive resampled each epoch; the loss
 is the batch mean; one optimizer over all parameters (dense Adam/SGD, as in the usual
 PyTorch implementations with non-sparse embeddings).
+
+Sequential backbones (GRU4Rec, BERT4Rec) train on each user's last ``max_len`` items, in
+mini-batches of ``sequence_batch`` users, every target position a prediction (S3-Rec /
+BERT4Rec style): ``loss=ce`` is the softmax over the whole catalogue, ``bce`` / ``bpr`` use
+``num_negatives`` sampled negatives per target.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import torch
+import torch.nn.functional as F
 
 from fedrun.backbone.losses import example_sq_norms, per_client_loss
+from fedrun.backbone.sequential import infer_users, pair_scores
+from fedrun.data.client_store import ClientStore
 from fedrun.data.negatives import sample_negatives
 from fedrun.errors import check
 from fedrun.method.base import Method, RoundStats
@@ -26,10 +35,12 @@ from fedrun.sim.seeding import derive_seed, generator
 class CentralConfig:
     optimizer: ClientOptimizer = field(default_factory=lambda: ClientOptimizer("adam", 1e-3))
     batch_size: int = 1024
-    num_negatives: int = 1  # negatives per positive, resampled each epoch (ignored for mse)
+    num_negatives: int = 1  # negatives per positive, resampled each epoch (ignored for mse and ce)
+    sequence_batch: int = 256  # users per mini-batch for sequential backbones
 
     def __post_init__(self) -> None:
         check(self.batch_size >= 1, "batch_size", self.batch_size, "an integer >= 1")
+        check(self.sequence_batch >= 1, "sequence_batch", self.sequence_batch, "an integer >= 1")
         check(self.num_negatives >= 0, "num_negatives", self.num_negatives, "an integer >= 0")
 
 
@@ -53,6 +64,8 @@ class Central(Method):
         return 1
 
     def train_round(self, round_index: int) -> RoundStats:
+        if getattr(self.env.backbone, "sequential", False):
+            return self.train_sequences(round_index)
         env, n_pairs = self.env, self.pair_user.numel()
         gen = generator(env.sim.seed, "central-epoch", round_index)  # CPU: same order on every device
         order = torch.randperm(n_pairs, generator=gen).to(env.device)
@@ -79,6 +92,39 @@ class Central(Method):
             total, batches = total + float(loss.detach()), batches + 1
         return RoundStats(total / max(batches, 1))
 
+    def train_sequences(self, round_index: int) -> RoundStats:
+        """One epoch over the users' sequences (sequential backbones)."""
+        env, backbone = self.env, self.env.backbone
+        users = env.clients_with_data()
+        gen = generator(env.sim.seed, "central-epoch", round_index)
+        users = users[torch.randperm(users.numel(), generator=gen).to(env.device)]
+        dropout = generator(env.sim.seed, "dropout", round_index, env.device) if backbone.config.dropout else None
+        cloze = derive_seed(env.sim.seed, "cloze", round_index)
+        seed = derive_seed(env.sim.seed, "central-negatives", round_index)
+        total, batches = 0.0, 0
+        for chunk in torch.split(users, self.config.sequence_batch):
+            batch = env.train.client_batch(chunk, backbone.max_len)
+            view = backbone.train_view(chunk, batch.pos_mask, cloze, dropout)
+            queries = backbone.encode(self.item[batch.pos], batch.pos_mask, view, self.net)[view.target]  # [N, d]
+            targets = batch.pos[view.target]  # [N]
+            if backbone.config.loss == "ce":
+                loss = F.cross_entropy(queries @ self.item.T, targets)
+            else:
+                owners = chunk.unsqueeze(1).expand_as(batch.pos)  # [B, L]
+                position = torch.arange(batch.pos.shape[1], device=env.device)
+                draw = (owners * backbone.max_len + position)[view.target]  # one id per (user, position)
+                negatives = sample_negatives(owners[view.target], self.config.num_negatives, env.n_items,
+                                             self._positive_keys, seed, draw_ids=draw)
+                scores = torch.einsum("nd,nkd->nk", queries, self.item[torch.cat([targets[:, None], negatives], 1)])
+                ones = torch.ones_like(targets, dtype=torch.bool).unsqueeze(1)
+                loss = per_client_loss(backbone.config.loss, scores[:, :1], scores[:, 1:].unsqueeze(1), ones,
+                                       None).mean()
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+            total, batches = total + float(loss.detach()), batches + 1
+        return RoundStats(total / max(batches, 1))
+
     def state_dict(self) -> dict:
         return {"user": self.user, "item": self.item, "net": self.net, "optimizer": self.optimizer.state_dict()}
 
@@ -91,9 +137,16 @@ class Central(Method):
         self.optimizer.load_state_dict(state["optimizer"])
 
     @torch.no_grad()
-    def score_users(self, users: torch.Tensor) -> torch.Tensor:
-        return self.env.backbone.score_full(self.user[users], self.item, self.net)
+    def score_users(self, users: torch.Tensor, history: Sequence[ClientStore] = ()) -> torch.Tensor:
+        backbone = self.env.backbone
+        if getattr(backbone, "sequential", False):
+            return backbone.score_full(infer_users(backbone, history, users, self.item, self.net), self.item, self.net)
+        return backbone.score_full(self.user[users], self.item, self.net)
 
     @torch.no_grad()
-    def score_pairs(self, users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
-        return self.env.backbone.score(self.user[users], self.item[items].unsqueeze(1), self.net)[:, 0]
+    def score_pairs(self, users: torch.Tensor, items: torch.Tensor,
+                    history: Sequence[ClientStore] = ()) -> torch.Tensor:
+        backbone = self.env.backbone
+        if getattr(backbone, "sequential", False):
+            return pair_scores(backbone, history, users, items, self.item, self.net)
+        return backbone.score(self.user[users], self.item[items].unsqueeze(1), self.net)[:, 0]

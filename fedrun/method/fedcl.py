@@ -10,6 +10,10 @@ Each round, for the sampled clients (vectorized):
         L_i = −Σ_j log( exp(u·p_j) / (exp(u·p_j) + Σ_{n ∈ N_j} exp(u·n)) ),
      with the backbone's score in place of u·n, trains locally and uploads its model update;
      the server aggregates (``defense``) and applies it (``server_optimizer``, l. 16–23).
+Sequential backbones (GRU4Rec, BERT4Rec): the uploaded user embedding is the next-item query
+the client's training history infers under the public encoder, and Eq. 1 runs once per target
+position of its (last ``max_len``) sequence with that position's query; in-batch negatives
+are the client's other sequence items (repeats of the target item left out).
 With ``semi_hard=0`` and in-batch negatives off this is the paper's "+Fed" baseline (local
 negatives only, the same training otherwise).
 
@@ -32,11 +36,13 @@ Choices where the paper is open (each a config field, logged with the run):
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
 
 from fedrun.backbone.base import PublicParams
+from fedrun.backbone.sequential import SequenceView
 from fedrun.data.negatives import sample_client_negatives
 from fedrun.errors import ConfigError, check, check_choice
 from fedrun.method.federated import Exchange, FederatedMethod
@@ -72,10 +78,12 @@ def mixup_loss(pos: torch.Tensor, mask: torch.Tensor, local: torch.Tensor | None
                semi_valid: torch.Tensor | None, in_batch: torch.Tensor | None) -> torch.Tensor:
     """FedCL Eq. 1 per client, averaged over its positives → [B].
 
-    pos [B, P] scores of the positives, mask [B, P]; local [B, P, n] scores of each positive's
-    local negatives; semi [B, T] (shared by the client's positives) or [B, P, T] scores of the
-    semi-hard negatives, semi_valid [B, T] which of them count; in_batch [B, P, P] scores of
-    positive j's user representation against every positive k (k = j and padding excluded).
+    pos [B, P] scores of the positives, mask [B, P] which positives are training targets;
+    local [B, P, n] scores of each positive's local negatives; semi [B, T] (shared by the
+    client's positives) or [B, P, T] scores of the semi-hard negatives, semi_valid [B, T]
+    which of them count; in_batch [B, P, P] scores of positive j's user representation
+    against the client's other items k, −inf where k must not count (k = j, padding, a
+    repeat of j's item: the caller masks them).
     """
     B, P = pos.shape
     parts = [pos.unsqueeze(-1)]
@@ -87,8 +95,7 @@ def mixup_loss(pos: torch.Tensor, mask: torch.Tensor, local: torch.Tensor | None
             semi = semi.masked_fill(~semi_valid.unsqueeze(1), float("-inf"))
         parts.append(semi)
     if in_batch is not None:
-        others = mask.unsqueeze(1) & ~torch.eye(P, dtype=torch.bool, device=pos.device)  # [B, P, P]
-        parts.append(in_batch.masked_fill(~others, float("-inf")))
+        parts.append(in_batch)
     logits = torch.cat(parts, -1)  # [B, P, 1 + n + T + P]
     per_positive = torch.logsumexp(logits, -1) - pos  # −log softmax of the positive, [B, P]
     weight = mask.to(pos.dtype)
@@ -98,12 +105,14 @@ def mixup_loss(pos: torch.Tensor, mask: torch.Tensor, local: torch.Tensor | None
 class FedCL(FederatedMethod):
     Config = FedCLConfig
     needs_negatives = True  # Eq. 1 is a softmax over the positive and its negatives
+    supports_sequential = True
 
     def __init__(self, config: FedCLConfig, env, **components):
         super().__init__(config, env, **components)
         backbone = env.backbone
         check(backbone.config.loss != "mse", "backbone.loss", "mse", "a ranking loss: FedCL is contrastive")
-        sequential = getattr(backbone, "sequential", False)
+        sequential = self.sequential = getattr(backbone, "sequential", False)
+        self.max_len = backbone.max_len if sequential else None  # sequences train on their last max_len items
         if config.in_batch == "on" and not sequential:
             raise ConfigError("method.in_batch", "on", f"off or auto for {type(backbone).__name__}: in-batch negatives "
                               "need a user representation that differs per positive (FedCL §3.2)")
@@ -120,8 +129,8 @@ class FedCL(FederatedMethod):
                   config.n_clusters, f"at most the {n_clients} clients with training data")
             check(config.semi_hard <= env.n_items, "method.semi_hard", config.semi_hard,
                   f"at most the catalogue's {env.n_items} items")
-            self.hard_server = HardNegativeServer(config, backbone, env.n_users, backbone.user_width,
-                                                  env.sim.seed, env.device)
+            width = backbone.item_width if sequential else backbone.user_width  # a query vector / a user row
+            self.hard_server = HardNegativeServer(config, backbone, env.n_users, width, env.sim.seed, env.device)
         self.embedding_uploads = torch.zeros(env.n_users, dtype=torch.int64, device=env.device)
 
     @classmethod
@@ -136,8 +145,9 @@ class FedCL(FederatedMethod):
 
     # -- client side: infer and upload the user embedding ------------------------------------
     def user_embeddings(self, users: torch.Tensor) -> torch.Tensor:
-        """[B] → [B, du] each client's user embedding (ID-based: its private row)."""
-        return self.private.user[users]
+        """[B] → each client's user embedding: its private row [B, du] (ID-based), or the query
+        its training history infers under the public model [B, d] (sequential, §3.1)."""
+        return self.user_queries(users, [self.env.train])
 
     def upload_embeddings(self, users: torch.Tensor, round_index: int) -> EmbeddingUploads:
         gen = generator(self.env.sim.seed, "embedding-privacy", round_index, self.env.device)
@@ -163,18 +173,33 @@ class FedCL(FederatedMethod):
         semi-hard negatives the server sent it [B, T], deduplicated into one local item table."""
         env = self.env
         sizes = env.train.sizes(users)
+        if self.sequential:
+            sizes = sizes.clamp_max(self.max_len)
         out = []
-        for index in bucketize(sizes, env.sim.buckets, env.sim.max_slots, 1 + self.num_negatives,
-                               env.sim.min_bucket_clients):
-            batch = env.train.client_batch(users[index])
+        for k, index in enumerate(bucketize(sizes, env.sim.buckets, env.sim.max_slots, 1 + self.num_negatives,
+                                            env.sim.min_bucket_clients)):
+            batch = env.train.client_batch(users[index], self.max_len)
             local = self.local_negatives(batch, round_index) if self.n_local else None
-            out.append(local_problem(batch, local, env.n_items, None if sent is None else sent[index]))
+            problem = local_problem(batch, local, env.n_items, None if sent is None else sent[index])
+            if self.sequential:
+                problem = dataclasses.replace(problem, sequence=self.sequence_view(batch, round_index, k))
+            out.append(problem)
         return out
 
+    def sequence_view(self, batch, round_index: int, bucket: int) -> SequenceView:
+        """Which positions the bucket's clients train on this round (BERT4Rec: a fresh Cloze draw)."""
+        backbone, sim = self.env.backbone, self.env.sim
+        gen = None
+        if backbone.config.dropout:
+            gen = generator(sim.seed, f"dropout-{bucket}", round_index, self.env.device)
+        return backbone.train_view(batch.users, batch.pos_mask, derive_seed(sim.seed, "cloze", round_index), gen)
+
     def local_negatives(self, batch, round_index: int) -> torch.Tensor:
-        """[B, P, n]: for each positive, n picks (with replacement) from the client's fixed store."""
+        """[B, P, n]: for each positive, n picks (with replacement) from the client's fixed store
+        (drawn once from the items outside the client's whole history)."""
         cfg, env = self.config, self.env
-        store = sample_client_negatives(batch.users, batch.pos, batch.pos_mask, cfg.local_store, env.n_items,
+        history = env.train.client_batch(batch.users) if self.sequential else batch  # untruncated
+        store = sample_client_negatives(history.users, history.pos, history.pos_mask, cfg.local_store, env.n_items,
                                         derive_seed(env.sim.seed, "local-store"))  # [B, S], same every round
         B, P = batch.pos.shape
         seed = derive_seed(env.sim.seed, "local-picks", round_index)
@@ -186,7 +211,9 @@ class FedCL(FederatedMethod):
     def local_loss(self, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
                    net: dict[str, torch.Tensor]) -> torch.Tensor:
         """Eq. 1 for every client of the bucket, scored with each client's local copies → [B]."""
-        B, Lu, _ = item_table.shape
+        if problem.sequence is not None:
+            return self.sequence_loss(problem, item_table, net)
+        B = item_table.shape[0]
         P = problem.pos_slot.shape[1]
         slots = [problem.pos_slot]
         if self.n_local:
@@ -197,14 +224,43 @@ class FedCL(FederatedMethod):
         pos = scores[:, :P]
         local = scores[:, P: P + P * self.n_local].view(B, P, self.n_local) if self.n_local else None
         semi = scores[:, P + P * self.n_local:] if self.n_semi else None
-        semi_valid = None
-        if self.n_semi and self.config.exclude_positives:
-            mask = problem.batch.pos_mask
-            is_positive = torch.zeros(B, Lu, dtype=torch.bool, device=user.device)
-            owner = torch.arange(B, device=user.device).unsqueeze(1).expand(B, P)
-            is_positive[owner[mask], problem.pos_slot[mask]] = True
-            semi_valid = ~is_positive.gather(1, problem.extra_slot)  # [B, T]
-        return mixup_loss(pos, problem.batch.pos_mask, local, semi, semi_valid, None)
+        return mixup_loss(pos, problem.batch.pos_mask, local, semi, self.semi_valid(problem), None)
+
+    def semi_valid(self, problem: LocalProblem) -> torch.Tensor | None:
+        """[B, T] which semi-hard negatives count: not the client's own positives (``exclude_positives``)."""
+        if not (self.n_semi and self.config.exclude_positives):
+            return None
+        mask = problem.batch.pos_mask
+        B, P = mask.shape
+        is_positive = torch.zeros_like(problem.item_mask)  # [B, Lu]
+        owner = torch.arange(B, device=mask.device).unsqueeze(1).expand(B, P)
+        is_positive[owner[mask], problem.pos_slot[mask]] = True
+        return ~is_positive.gather(1, problem.extra_slot)
+
+    def sequence_queries(self, problem: LocalProblem, item_table: torch.Tensor,
+                         net: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sequential backbones → (the query predicting each position [B, P, d], the sequence's rows [B, P, d])."""
+        rows = slot_rows(item_table, problem.pos_slot)  # [B, P, d]
+        return self.env.backbone.encode(rows, problem.batch.pos_mask, problem.sequence, net), rows
+
+    def sequence_loss(self, problem: LocalProblem, item_table: torch.Tensor,
+                      net: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Eq. 1 with a query per target position (§3.2): its positive, its local negatives, the
+        client's semi-hard negatives and, in-batch, the client's other items."""
+        queries, rows = self.sequence_queries(problem, item_table, net)
+        B, P, d = rows.shape
+        pos = (queries * rows).sum(-1)  # [B, P]
+        local = semi = in_batch = None
+        if self.n_local:
+            negatives = slot_rows(item_table, problem.neg_slot.reshape(B, -1)).view(B, P, self.n_local, d)
+            local = torch.einsum("bpd,bpnd->bpn", queries, negatives)
+        if self.n_semi:
+            semi = torch.einsum("bpd,btd->bpt", queries, slot_rows(item_table, problem.extra_slot))  # [B, P, T]
+        if self.in_batch:
+            slot, mask = problem.pos_slot, problem.batch.pos_mask
+            others = mask.unsqueeze(1) & (slot.unsqueeze(2) != slot.unsqueeze(1))  # not j's own item, not padding
+            in_batch = torch.einsum("bpd,bkd->bpk", queries, rows).masked_fill(~others, float("-inf"))
+        return mixup_loss(pos, problem.sequence.target, local, semi, self.semi_valid(problem), in_batch)
 
     # -- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -36,9 +36,9 @@ class Pop(Method):
         return RoundStats(0.0)
 
     @torch.no_grad()
-    def score_users(self, users: torch.Tensor) -> torch.Tensor:
+    def score_users(self, users: torch.Tensor, history=()) -> torch.Tensor:
         return self.counts.unsqueeze(0).expand(users.numel(), -1).clone()
 
     @torch.no_grad()
-    def score_pairs(self, users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+    def score_pairs(self, users: torch.Tensor, items: torch.Tensor, history=()) -> torch.Tensor:
         return torch.full(users.shape, self.mean_rating, device=users.device)

@@ -1,8 +1,8 @@
 """A preset's published numbers beside fedrun's: ``paper:`` in ``conf/experiment/<preset>.yaml``.
 
 The block is ``paper.metrics`` (the metric names, in order) and ``paper.<dataset>.<backbone>.<row>``
-lists of numbers in that order, ``<row>`` being the last part of the run's ``row`` option
-(``row=fedcl/fed`` → ``fed``).
+lists of numbers in that order, ``<row>`` and ``<backbone>`` being the last part of the run's
+``row`` and ``backbone`` options (``row=fedcl/fed`` → ``fed``, ``backbone=fedcl/ncf`` → ``ncf``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def beside_paper(done: pd.DataFrame, paper: dict) -> tuple[list[str], list[list[
     if any(k not in done.columns for k in keys):
         return header, rows
     for (dataset, backbone, row), group in done.groupby(keys, dropna=False):
-        published = paper.get(dataset, {}).get(backbone, {}).get(str(row).split("/")[-1])
+        published = paper.get(dataset, {}).get(str(backbone).split("/")[-1], {}).get(str(row).split("/")[-1])
         cells = [dataset, backbone, str(row), str(len(group))]
         for k, metric in enumerate(metrics):
             col = group[f"metric:{metric}"].dropna() if f"metric:{metric}" in group else pd.Series(dtype=float)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fedrun.backbone.sequential import SequenceView
 from fedrun.types import ClientBatch
 
 
@@ -47,6 +48,7 @@ class LocalProblem:
     neg_slot: torch.Tensor | None  # [B, P, n] index into items[b]
     extra_slot: torch.Tensor | None = None  # [B, T] index into items[b]: per-client items (not per positive)
     extra_mask: torch.Tensor | None = None  # [B, T] bool: which extra entries are real (None: all)
+    sequence: SequenceView | None = None  # sequential backbones: targets / Cloze masks of the positions
 
     @property
     def weight(self) -> torch.Tensor:

@@ -1,0 +1,105 @@
+"""FedCL Figures 3–9 from the runs of ``fedrun -m +experiment=fedcl/figN``: test HR@10 and
+NDCG@10 against the swept setting (the preset's ``figure.x``), one line (or bar group) per
+backbone, mean ± std over seeds, one panel per dataset and metric.
+
+    python scripts/fedcl_figures.py fig5 [fig4 ...] [--out docs/reproductions/fedcl]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from mlflow.tracking import MlflowClient  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+
+from fedrun.cli import config_dir  # noqa: E402
+from fedrun.report.cli import collect  # noqa: E402
+from fedrun.track.mlflow import default_uri  # noqa: E402
+
+METRICS = ("test_hr_at_10", "test_ndcg_at_10")
+
+
+def swept_setting(figure: str) -> str:
+    preset = OmegaConf.load(Path(config_dir()) / "experiment" / "fedcl" / f"{figure}.yaml")
+    return str(preset.figure.x)
+
+
+def curves(frame: pd.DataFrame, x: str) -> pd.DataFrame:
+    """Finished runs → one row per (dataset, backbone, x): mean, std and count of each metric over seeds."""
+    done = frame[frame["status"] == "FINISHED"].copy()
+    column = "param:choices.row" if x == "row" else f"param:{x}"
+    done["x"] = done[column].astype(str).str.split("/").str[-1]
+    done["backbone"] = done["param:choices.backbone"].astype(str).str.split("/").str[-1]
+    done["dataset"] = done["param:choices.dataset"].astype(str)
+    grouped = done.groupby(["dataset", "backbone", "x"])[[f"metric:{m}" for m in METRICS]]
+    out = grouped.agg(["mean", "std", "count"])
+    out.columns = [f"{m.split(':')[1]}_{s}" for m, s in out.columns]
+    return out.reset_index()
+
+
+def numeric(values: pd.Series) -> bool:
+    return pd.to_numeric(values, errors="coerce").notna().all()
+
+
+def plot(table: pd.DataFrame, x: str, title: str, path: Path) -> None:
+    datasets = sorted(table["dataset"].unique())
+    fig, axes = plt.subplots(len(METRICS), len(datasets), figsize=(5 * len(datasets), 3.6 * len(METRICS)),
+                             squeeze=False)
+    for col, dataset in enumerate(datasets):
+        part = table[table["dataset"] == dataset]
+        backbones = sorted(part["backbone"].unique())
+        for row, metric in enumerate(METRICS):
+            ax = axes[row][col]
+            if numeric(part["x"]):
+                for backbone in backbones:
+                    line = part[part["backbone"] == backbone].assign(xv=lambda f: f["x"].astype(float))
+                    line = line.sort_values("xv")
+                    ax.errorbar(line["xv"], line[f"{metric}_mean"], yerr=line[f"{metric}_std"].fillna(0), fmt="o-",
+                                capsize=3, label=backbone)
+            else:
+                labels = list(dict.fromkeys(part["x"]))
+                width = 0.8 / max(len(backbones), 1)
+                for k, backbone in enumerate(backbones):
+                    bars = part[part["backbone"] == backbone].set_index("x").reindex(labels)
+                    ax.bar([i + k * width for i in range(len(labels))], bars[f"{metric}_mean"], width,
+                           yerr=bars[f"{metric}_std"].fillna(0), capsize=3, label=backbone)
+                ax.set_xticks([i + width * (len(backbones) - 1) / 2 for i in range(len(labels))], labels,
+                              rotation=20)
+            ax.set_title(f"{dataset}: {metric.replace('test_', '').replace('_at_', '@').upper()}")
+            ax.set_xlabel(x)
+            ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("figures", nargs="+", help="fig3 ... fig9")
+    parser.add_argument("--uri", default=None)
+    parser.add_argument("--out", default="docs/reproductions/fedcl")
+    args = parser.parse_args()
+    client = MlflowClient(args.uri or default_uri())
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for figure in args.figures:
+        experiment = client.get_experiment_by_name(f"fedcl-{figure}")
+        if experiment is None:
+            raise SystemExit(f"no experiment named 'fedcl-{figure}': run fedrun -m +experiment=fedcl/{figure} first")
+        x = swept_setting(figure)
+        table = curves(collect(client, experiment.experiment_id), x)
+        table.to_csv(out / f"{figure}.csv", index=False)
+        plot(table, x, f"FedCL {figure}: test metrics vs {x}", out / f"{figure}.png")
+        print(table.to_string(index=False))
+        print(f"written: {out / f'{figure}.csv'}, {out / f'{figure}.png'}")
+
+
+if __name__ == "__main__":
+    main()
