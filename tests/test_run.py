@@ -86,6 +86,28 @@ def test_report_groups_by_options_and_swept_values_only():
                                     "param:method.optimizer.lr"]
 
 
+def test_claim_test_pairs_rows_by_seed():
+    import pandas as pd
+    from scipy.stats import ttest_rel
+
+    from fedrun.report.paper import claim_tests
+
+    ours, theirs = [0.30, 0.32, 0.35], [0.20, 0.25, 0.21]
+    frame = pd.DataFrame({
+        "param:choices.dataset": ["ml-1m"] * 7, "param:choices.backbone": ["fedcl/gru4rec"] * 7,
+        "param:choices.row": ["fedcl/fedcl"] * 3 + ["fedcl/fed"] * 3 + ["fedcl/bil"],
+        "param:sim.seed": ["3", "1", "2", "1", "2", "3", "1"],
+        "metric:test_hr_at_10": [ours[2], ours[0], ours[1], *theirs, 0.1],
+    })
+    header, rows = claim_tests(frame, {"metrics": ["test_hr_at_10"], "best_row": "fedcl"})
+    assert header == ["dataset", "backbone", "row", "seeds", "test_hr_at_10 diff", "test_hr_at_10 p"]
+    bil, fed = rows
+    assert fed[2:4] == ["fed", "3"] and fed[4] == "+0.1033"
+    assert fed[5] == f"{ttest_rel(ours, theirs).pvalue:.3f}"  # paired by seed, not by row order
+    assert bil[2:] == ["bil", "1", "+0.2000", ""]  # one pair: no test
+    assert claim_tests(frame, {"metrics": ["test_hr_at_10"]}) == (header, [])
+
+
 @pytest.mark.parametrize("name", ["nan", "2024"])
 def test_numeric_looking_experiment_names_stay_names(name):
     run(["track=mlflow", f"track.experiment={name}", "sim.max_rounds=1"])

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from fedrun.cli import config_dir
-from fedrun.report.paper import beside_paper, preset_paper
+from fedrun.report.paper import beside_paper, claim_tests, preset_paper
 from fedrun.report.table import markdown
 from fedrun.track.mlflow import default_uri, experiment_id
 
@@ -101,6 +101,12 @@ def main(argv: list[str] | None = None) -> int:
         text += f"\n## Beside the paper ({presets[0]})\n\n{markdown(paper_header, paper_rows)}\n"
         pd.DataFrame(paper_rows, columns=paper_header).to_csv(out / "paper.csv", index=False)
         files.append(out / "paper.csv")
+        claim_header, claim_rows = claim_tests(frame[frame["status"] == "FINISHED"], paper)
+        if claim_rows:
+            text += (f"\n## Is {paper['best_row']} best? Difference to each other row, paired t-test over seeds\n\n"
+                     f"{markdown(claim_header, claim_rows)}\n")
+            pd.DataFrame(claim_rows, columns=claim_header).to_csv(out / "claims.csv", index=False)
+            files.append(out / "claims.csv")
     if failed_lines:
         text += f"\n## Runs that did not finish ({len(failed_lines)})\n\n" + "\n".join(failed_lines) + "\n"
     (out / "report.md").write_text(text)
