@@ -58,6 +58,8 @@ def claim_tests(done: pd.DataFrame, paper: dict) -> tuple[list[str], list[list[s
     rows = []
     for (dataset, backbone), group in frame.groupby(needed[:2]):
         ours = group[group["row"] == best].set_index("param:sim.seed")
+        if ours.empty:  # the best row did not run here: nothing to compare
+            continue
         for row in sorted(set(group["row"]) - {best}):
             other = group[group["row"] == row].set_index("param:sim.seed")
             seeds = ours.index.intersection(other.index)
