@@ -4,8 +4,6 @@ against a direct per-client computation, and the methods that refuse them."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 import torch
@@ -154,7 +152,7 @@ def direct_sequence_loss(method, problem, b, net, semi_items):
     view = SequenceView(problem.sequence.target[b:b + 1, :n],
                         None if problem.sequence.corrupt is None else problem.sequence.corrupt[b:b + 1, :n])
     queries = backbone.encode(item[seq][None], torch.ones(1, n, dtype=torch.bool), view, net)[0]  # [n, d]
-    local = method.items_of_slots(problem, b)
+    local = problem.items[b][problem.neg_slot[b]].tolist()  # [P][n] each position's local negatives, as item ids
     own = set(seq.tolist())
     semi = [i for i in semi_items if i not in own]
     total, count = 0.0, 0
@@ -178,10 +176,6 @@ def test_sequence_mixup_loss_equals_a_direct_per_client_computation(backbone):
     server.receive(method.upload_embeddings(users, 0), 0)
     hard = server.negatives(users, method.public, 0)
     hard_of = {int(u): hard[b].tolist() for b, u in enumerate(users)}
-
-    def items_of_slots(problem, b):
-        return problem.items[b][problem.neg_slot[b]].tolist()  # [P][n] local negatives by item id
-    method.items_of_slots = items_of_slots
     checked = 0
     for problem in method.problems(users, 0, hard):
         losses = method.local_loss(problem, method.private.user[problem.batch.users],
@@ -239,12 +233,29 @@ def test_bad_sequential_settings_are_named(overrides, field):
     assert err.value.field == field
 
 
-def test_dropout_is_seeded():
+def test_dropout_is_seeded_and_off_without_a_generator():
     backbone = GRU4Rec(SequentialConfig(dim=16, dropout=0.5))
     net = shared_net(backbone)
     rows, mask = sequences()
     run = [backbone.encode(rows, mask, SequenceView(mask, None, torch.Generator().manual_seed(s)), net)
            for s in (1, 1, 2)]
     assert torch.equal(run[0], run[1]) and not torch.equal(run[0], run[2])
-    plain = dataclasses.replace(SequenceView(mask, None), dropout=None)
-    assert torch.equal(backbone.encode(rows, mask, plain, net), backbone.encode(rows, mask, plain, net))
+    no_dropout = GRU4Rec(SequentialConfig(dim=16, dropout=0.0))  # inference (no generator) drops nothing
+    assert torch.equal(backbone.encode(rows, mask, SequenceView(mask, None), net),
+                       no_dropout.encode(rows, mask, SequenceView(mask, None), net))
+
+
+@pytest.mark.parametrize("method,backbone", [("fedcl", "mf"), ("fedcl", "gru4rec"), ("central", "bert4rec")])
+def test_pair_scores_agree_with_full_scores(method, backbone):
+    """Sampled evaluation (score_pairs, each distinct user's query formed once) and full ranking
+    (score_users) score a (user, item) pair the same, ID-based or sequential."""
+    overrides = [f"method={method}", f"backbone={backbone}", "sim.clients_per_round=8"]
+    overrides += SEQ if backbone != "mf" else []
+    overrides += ["method.n_clusters=3"] if method == "fedcl" else []
+    trainer, env = make_method(overrides)
+    trainer.train_round(0)
+    history = [env.train]
+    users = torch.tensor([3, 1, 3, 7, 1, 0])
+    items = torch.tensor([5, 2, 9, 0, 2, 11])
+    full = trainer.score_users(torch.arange(8), history)
+    torch.testing.assert_close(trainer.score_pairs(users, items, history), full[users, items], rtol=1e-5, atol=1e-6)

@@ -55,6 +55,7 @@ class Backbone:
 
     Config: ClassVar[type] = BackboneConfig
     losses: ClassVar[tuple[str, ...]] = ("bpr", "bce")
+    sequential: ClassVar[bool] = False  # users inferred from their histories (GRU4Rec, BERT4Rec), no private rows
 
     def __init__(self, config: BackboneConfig):
         self.config = config

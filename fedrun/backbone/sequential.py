@@ -19,7 +19,7 @@ from typing import Sequence
 
 import torch
 
-from fedrun.backbone.base import BackboneConfig
+from fedrun.backbone.base import Backbone, BackboneConfig
 from fedrun.backbone.mf import MF
 from fedrun.data.client_store import ClientStore, recent_history
 from fedrun.errors import check, check_fraction
@@ -111,9 +111,19 @@ def infer_users(backbone: SequentialBackbone, stores: Sequence[ClientStore], use
     return torch.cat(out) if out else item.new_zeros(0, item.shape[1])
 
 
-def pair_scores(backbone: SequentialBackbone, stores: Sequence[ClientStore], users: torch.Tensor,
+
+def user_queries(backbone: Backbone, user_table: torch.Tensor, stores: Sequence[ClientStore], users: torch.Tensor,
+                 item: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor:
+    """[U] → what each user scores with: its row of ``user_table`` (ID-based backbones), or the
+    query its history (the rows of ``stores``) infers under ``item`` / ``net`` (sequential)."""
+    if backbone.sequential:
+        return infer_users(backbone, stores, users, item, net)
+    return user_table[users]
+
+
+def score_pairs(backbone: Backbone, user_table: torch.Tensor, stores: Sequence[ClientStore], users: torch.Tensor,
                 items: torch.Tensor, item: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor:
-    """users [N], items [N] → ⟨q_user, e_item⟩ [N], each distinct user inferred once."""
+    """users [N], items [N] → scores [N], each distinct user's query formed once."""
     distinct, index = torch.unique(users, return_inverse=True)
-    queries = infer_users(backbone, stores, distinct, item, net)  # [U', d]
-    return (queries[index] * item[items]).sum(-1)
+    queries = user_queries(backbone, user_table, stores, distinct, item, net)  # [U', du]
+    return backbone.score(queries[index], item[items].unsqueeze(1), net)[:, 0]

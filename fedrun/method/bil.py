@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from fedrun.backbone.base import Backbone
 from fedrun.errors import check_positive
 from fedrun.method.fedcl import FedCL, FedCLConfig
 from fedrun.sim.batching import LocalProblem
@@ -53,11 +52,9 @@ def spread_out(item_table: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (all_pairs - diagonal) / (n * (n - 1)).clamp_min(1)
 
 
-def positive_only_loss(backbone: Backbone, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
-                       net: dict[str, torch.Tensor]) -> torch.Tensor:
-    """[B] mean over each client's positives of −log σ(score)."""
-    scores = backbone.score(user, slot_rows(item_table, problem.pos_slot), net)  # [B, P]
-    weight = problem.batch.pos_mask.to(scores.dtype)
+def positive_only_loss(scores: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """scores [B, P] of each client's positives, weight [B, P] which count → [B] mean of −log σ(score)."""
+    weight = weight.to(scores.dtype)
     return (F.softplus(-scores) * weight).sum(1) / weight.sum(1).clamp_min(1)
 
 
@@ -69,11 +66,11 @@ class BIL(FedCL):
                    net: dict[str, torch.Tensor]) -> torch.Tensor:
         if problem.sequence is not None:  # one query per target position
             queries, rows = self.sequence_queries(problem, item_table, net)
-            weight = problem.sequence.target.to(rows.dtype)  # [B, P]
-            scores = (queries * rows).sum(-1)
-            loss = (F.softplus(-scores) * weight).sum(1) / weight.sum(1).clamp_min(1)
+            scores, weight = (queries * rows).sum(-1), problem.sequence.target  # [B, P]
         else:
-            loss = positive_only_loss(self.env.backbone, problem, user, item_table, net)
+            scores = self.env.backbone.score(user, slot_rows(item_table, problem.pos_slot), net)  # [B, P]
+            weight = problem.batch.pos_mask
+        loss = positive_only_loss(scores, weight)
         if self.config.spread_weight:
             loss = loss + self.config.spread_weight * spread_out(item_table, problem.item_mask)
         return loss

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from fedrun.backbone.losses import example_sq_norms, per_client_loss
-from fedrun.backbone.sequential import infer_users, pair_scores
+from fedrun.backbone.sequential import score_pairs, user_queries
 from fedrun.data.client_store import ClientStore
 from fedrun.data.negatives import sample_negatives
 from fedrun.errors import check
@@ -64,7 +64,7 @@ class Central(Method):
         return 1
 
     def train_round(self, round_index: int) -> RoundStats:
-        if getattr(self.env.backbone, "sequential", False):
+        if self.env.backbone.sequential:
             return self.train_sequences(round_index)
         env, n_pairs = self.env, self.pair_user.numel()
         gen = generator(env.sim.seed, "central-epoch", round_index)  # CPU: same order on every device
@@ -138,15 +138,10 @@ class Central(Method):
 
     @torch.no_grad()
     def score_users(self, users: torch.Tensor, history: Sequence[ClientStore] = ()) -> torch.Tensor:
-        backbone = self.env.backbone
-        if getattr(backbone, "sequential", False):
-            return backbone.score_full(infer_users(backbone, history, users, self.item, self.net), self.item, self.net)
-        return backbone.score_full(self.user[users], self.item, self.net)
+        queries = user_queries(self.env.backbone, self.user, history, users, self.item, self.net)
+        return self.env.backbone.score_full(queries, self.item, self.net)
 
     @torch.no_grad()
     def score_pairs(self, users: torch.Tensor, items: torch.Tensor,
                     history: Sequence[ClientStore] = ()) -> torch.Tensor:
-        backbone = self.env.backbone
-        if getattr(backbone, "sequential", False):
-            return pair_scores(backbone, history, users, items, self.item, self.net)
-        return backbone.score(self.user[users], self.item[items].unsqueeze(1), self.net)[:, 0]
+        return score_pairs(self.env.backbone, self.user, history, users, items, self.item, self.net)

@@ -111,7 +111,7 @@ class FedCL(FederatedMethod):
         super().__init__(config, env, **components)
         backbone = env.backbone
         check(backbone.config.loss != "mse", "backbone.loss", "mse", "a ranking loss: FedCL is contrastive")
-        sequential = self.sequential = getattr(backbone, "sequential", False)
+        sequential = self.sequential = backbone.sequential
         self.max_len = backbone.max_len if sequential else None  # sequences train on their last max_len items
         if config.in_batch == "on" and not sequential:
             raise ConfigError("method.in_batch", "on", f"off or auto for {type(backbone).__name__}: in-batch negatives "

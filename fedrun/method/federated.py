@@ -19,8 +19,8 @@ from typing import Any, ClassVar, Sequence
 import torch
 
 from fedrun.attack.base import Attack
-from fedrun.backbone.base import Backbone, PrivateParams, PublicParams
-from fedrun.backbone.sequential import infer_users, pair_scores
+from fedrun.backbone.base import PrivateParams, PublicParams
+from fedrun.backbone.sequential import score_pairs, user_queries
 from fedrun.data.client_store import ClientStore
 from fedrun.data.negatives import sample_batch_negatives
 from fedrun.defense.base import Defense
@@ -35,14 +35,6 @@ from fedrun.sim.local import problem_loss, train_local
 from fedrun.sim.sampling import ClientSampler
 from fedrun.sim.seeding import derive_seed, generator
 from fedrun.types import Aggregate, RoundContext, Uploads
-
-
-def check_backbone_kind(method: type, backbone: Backbone, supports_sequential: bool) -> None:
-    """Refuse a sequential backbone (GRU4Rec, BERT4Rec) in a method written for ID-based users."""
-    if getattr(backbone, "sequential", False) and not supports_sequential:
-        raise ConfigError("backbone", type(backbone).__name__,
-                          f"an ID-based backbone (mf, ncf, pmf, ...) for method {method.__name__}; sequential "
-                          "backbones run with method=fedcl, bil or central")
 
 
 @dataclass(frozen=True)
@@ -71,7 +63,10 @@ class FederatedMethod(Method):
 
     def __init__(self, config: Any, env: RunEnv, *, privacy: Privacy, attack: Attack, defense: Defense):
         super().__init__(config, env)
-        check_backbone_kind(type(self), env.backbone, self.supports_sequential)
+        if env.backbone.sequential and not self.supports_sequential:
+            raise ConfigError("backbone", type(env.backbone).__name__,
+                              f"an ID-based backbone (mf, ncf, pmf, ...) for method {type(self).__name__}; "
+                              "sequential backbones run with method=fedcl, bil or central")
         self.privacy, self.attack, self.defense = privacy, attack, defense
         if "user_embedding" in privacy.targets and not self.shares_embeddings(config):
             raise ConfigError("privacy.targets", list(privacy.targets),
@@ -219,10 +214,7 @@ class FederatedMethod(Method):
     def user_queries(self, users: torch.Tensor, history: Sequence[ClientStore]) -> torch.Tensor:
         """[U] → what each client scores with: its private row, or (sequential backbones) the
         query its history infers under the public model."""
-        backbone = self.env.backbone
-        if getattr(backbone, "sequential", False):
-            return infer_users(backbone, history, users, self.public.item, self.public.net)
-        return self.private.user[users]
+        return user_queries(self.env.backbone, self.private.user, history, users, self.public.item, self.public.net)
 
     @torch.no_grad()
     def score_users(self, users: torch.Tensor, history: Sequence[ClientStore] = ()) -> torch.Tensor:
@@ -231,8 +223,5 @@ class FederatedMethod(Method):
     @torch.no_grad()
     def score_pairs(self, users: torch.Tensor, items: torch.Tensor,
                     history: Sequence[ClientStore] = ()) -> torch.Tensor:
-        backbone = self.env.backbone
-        if getattr(backbone, "sequential", False):
-            return pair_scores(backbone, history, users, items, self.public.item, self.public.net)
-        vectors = self.public.item[items].unsqueeze(1)  # [N, 1, di]
-        return backbone.score(self.private.user[users], vectors, self.public.net)[:, 0]
+        return score_pairs(self.env.backbone, self.private.user, history, users, items, self.public.item,
+                           self.public.net)
