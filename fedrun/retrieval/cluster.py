@@ -27,7 +27,7 @@ class Clusters:
     centroids: torch.Tensor  # [C', d] mean of each cluster's points (C' ≤ C)
 
 
-def cluster(points: torch.Tensor, method: str, n_clusters: int, seed: int, ward_max_points: int = 5000,
+def cluster(points: torch.Tensor, method: str, n_clusters: int, seed: int, ward_max_points: int = 10000,
             pre_clusters: int = 1000) -> Clusters:
     """points [N, d] → Clusters. Deterministic for a fixed seed (any int; scikit-learn takes 32 bits)."""
     n = points.shape[0]

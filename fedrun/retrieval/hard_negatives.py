@@ -39,7 +39,7 @@ class HardNegativeConfig:
     clustering: str = "ward"  # ward | kmeans | none
     n_clusters: int = 25  # C
     recluster_every: int = 100  # rounds between clusterings of the cached embeddings
-    ward_max_points: int = 5000  # above this, Ward runs on a k-means pre-aggregation
+    ward_max_points: int = 10000  # above this, Ward runs on a k-means pre-aggregation
     pre_clusters: int = 1000  # mini-centroids of that pre-aggregation
     search: str = "auto"  # auto | faiss | torch (inner-product backbones; others always score in torch)
 
