@@ -50,7 +50,7 @@ def test_every_preset_row_runs_one_round(preset, row, backbone):
     cfg = compose_cfg([f"+experiment={preset}", f"row={row}", *tiny])
     assert cfg.get("paper") and cfg.get("experiment_name")
     result = run(cfg)
-    assert result.rounds >= 1 and result.test
+    assert (result.rounds >= 1 or row.endswith("/pop")) and result.test  # popularity trains nothing
 
 
 def test_presets_exist_for_the_paper_tables():

@@ -64,10 +64,10 @@ class Sampled(Evaluator):
         negatives = self.negatives(part, users)
         target_items, target_mask, _ = targets.gather(users)  # [U, T]
         n_users, n_neg = negatives.shape
-        neg_scores = method.score_pairs(users.repeat_interleave(n_neg), negatives.reshape(-1),
+        neg_scores = method.rank_pairs(users.repeat_interleave(n_neg), negatives.reshape(-1),
                                        self.history(part)).view(n_users, n_neg)
         t = target_items.shape[1]
-        pos_scores = method.score_pairs(users.repeat_interleave(t), target_items.reshape(-1),
+        pos_scores = method.rank_pairs(users.repeat_interleave(t), target_items.reshape(-1),
                                        self.history(part)).view(n_users, t)
         greater = (neg_scores.unsqueeze(1) > pos_scores.unsqueeze(2)).sum(2)  # [U, T]
         equal = (neg_scores.unsqueeze(1) == pos_scores.unsqueeze(2)).sum(2)

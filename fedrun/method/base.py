@@ -52,6 +52,14 @@ class Method:
         """users [N], items [N] → predicted scores / ratings [N]."""
         raise NotImplementedError
 
+    @torch.no_grad()
+    def rank_pairs(self, users: torch.Tensor, items: torch.Tensor,
+                   history: Sequence[ClientStore] = ()) -> torch.Tensor:
+        """users [N], items [N] → scores that order each user's candidates (sampled ranking
+        metrics). The predicted score for every model but a rating baseline whose rating
+        prediction does not rank (popularity predicts the mean rating for every pair)."""
+        return self.score_pairs(users, items, history)
+
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue training (parameters, optimizer and server state)."""
         return {}

@@ -56,6 +56,7 @@ from fedrun.defense.sum import Sum
 from fedrun.errors import ConfigError, check, check_choice, check_positive
 from fedrun.method.base import RoundStats
 from fedrun.method.federated import FederatedMethod
+from fedrun.method.rating_scale import RatingScale
 from fedrun.method.server import Server
 from fedrun.sim.batching import LocalProblem
 from fedrun.sim.rows import sum_by_key
@@ -167,11 +168,7 @@ class LightFR(FederatedMethod):
     def __init__(self, config: LightFRConfig, env, **components):
         if not isinstance(env.backbone, BinaryMF):
             raise ConfigError("backbone", type(env.backbone).__name__, "backbone=binary-mf for method=lightfr")
-        if env.split.train.rating is None:
-            raise ConfigError("dataset", "(implicit feedback)",
-                              "a dataset with explicit ratings for method=lightfr (Eq. 5 fits ratings)")
-        rating = torch.as_tensor(env.split.train.rating)
-        self.rating_low, self.rating_high = float(rating.min()), float(rating.max())
+        self.scale = RatingScale.of_training(env, "lightfr (Eq. 5 fits ratings)")
         self.weights = DCDWeights.of(config.rule, config.balance, env.backbone.config.dim, config.aggregation,
                                      config.item_stay)
         super().__init__(config, env, **components)
@@ -191,14 +188,12 @@ class LightFR(FederatedMethod):
         w = self.weights
         return {"dcd_weights": f"alpha={w.user_self:g} alpha_d={w.item_self:g} beta={w.balance:g} "
                                f"gamma={w.server_stay:g}",
-                "rating_scale": f"[{self.rating_low:g}, {self.rating_high:g}] -> [0, 1]"}
+                "rating_scale": str(self.scale)}
 
     # -- client side -----------------------------------------------------------------------
     def targets(self, ratings: torch.Tensor) -> torch.Tensor:
         """Ratings → code-unit targets R = f(2r − 1), r min-max scaled to [0, 1]."""
-        span = max(self.rating_high - self.rating_low, 1e-12)
-        scaled = (ratings - self.rating_low) / span
-        return self.env.backbone.config.dim * (2.0 * scaled - 1.0)
+        return self.env.backbone.config.dim * (2.0 * self.scale(ratings) - 1.0)
 
     def client_step(self, problem: LocalProblem) -> tuple[Uploads, torch.Tensor, torch.Tensor]:
         batch, w, config = problem.batch, self.weights, self.config

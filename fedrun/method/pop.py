@@ -41,4 +41,10 @@ class Pop(Method):
 
     @torch.no_grad()
     def score_pairs(self, users: torch.Tensor, items: torch.Tensor, history=()) -> torch.Tensor:
+        """The rating prediction: the mean training rating."""
         return torch.full(users.shape, self.mean_rating, device=users.device)
+
+    @torch.no_grad()
+    def rank_pairs(self, users: torch.Tensor, items: torch.Tensor, history=()) -> torch.Tensor:
+        """The ranking: training counts, as in ``score_users``."""
+        return self.counts[items]

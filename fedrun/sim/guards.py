@@ -23,7 +23,8 @@ def check_finite(tensor: torch.Tensor, component: str, round_index: int) -> None
         bad = int((~torch.isfinite(tensor)).sum())
         raise NumericalError(
             f"{component} produced {bad} non-finite value(s) in round {round_index}. Lower the learning rate "
-            "(method.optimizer.lr), or check the data and the method's settings.")
+            "(method.optimizer.lr, or method.lr / method.server_optimizer.lr where the method has no client "
+            "optimizer), or check the data and the method's settings.")
 
 
 def check_uploads(uploads: Uploads, public: PublicParams, round_index: int, component: str) -> None:
