@@ -27,6 +27,8 @@ class FixedScores:
     def score_pairs(self, users, items, history=()):
         return self.scores[users, items]
 
+    rank_pairs = score_pairs  # as Method's default: sampled ranking orders by the pair scores
+
 
 def random_split(n_users=40, n_items=30, seed=0):
     rng = np.random.default_rng(seed)
