@@ -73,3 +73,7 @@ def test_clients_per_round_as_a_fraction_of_the_clients():
     assert SimConfig(clients_per_round=0.001).round_size(943) == 1  # at least one client
     assert SimConfig(clients_per_round="all").round_size(943) == 943
     assert SimConfig(clients_per_round=16).round_size(943) == 16
+    assert SimConfig(clients_per_round=1.0).round_size(943) == 943  # p = 1 (LightFR Fig. 6)
+    assert SimConfig(clients_per_round=1).round_size(943) == 1
+    with pytest.raises(ConfigError, match=r"clients_per_round.*1\.5"):
+        SimConfig(clients_per_round=1.5)

@@ -13,7 +13,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from fedrun.cli import config_dir
-from fedrun.experiment import run
+from fedrun.experiment import plan, run
 from tests.conftest import compose_cfg
 
 EXPERIMENTS = Path(config_dir()) / "experiment"
@@ -57,6 +57,29 @@ def test_presets_exist_for_the_paper_tables():
     assert {"fedcl/table2", "fedcl/table3", "fedrecpp/table2", "fedrecpp/table3", "fedrecpp/fig2",
             "lightfr/table5", "lightfr/table7"} <= {
         p for p, _, _ in presets()}
+
+
+def figure_values() -> list[tuple[str, str, str]]:
+    """(preset, swept setting, value) for every value on a figure preset's x axis."""
+    out = []
+    for path in sorted(EXPERIMENTS.rglob("fig*.yaml")):
+        preset = OmegaConf.load(path)
+        if "figure" not in preset:
+            continue
+        x = str(preset.figure.x)
+        name = path.relative_to(EXPERIMENTS).with_suffix("").as_posix()
+        out += [(name, x, value) for value in swept(preset.hydra.sweeper.params, x) if x != "row"]
+    return out
+
+
+@pytest.mark.parametrize("preset,setting,value", figure_values())
+def test_every_figure_value_is_valid(preset, setting, value):
+    """Each point of a figure's x axis passes validation and lands in the right field."""
+    cfg = compose_cfg([f"+experiment={preset}", f"{setting}={value}", "track=none"])
+    planned = plan(cfg)
+    assert str(OmegaConf.select(cfg, setting)) == value
+    if setting == "sim.clients_per_round":
+        assert planned.sim.round_size(1000) == round(float(value) * 1000)
 
 
 @pytest.mark.integration

@@ -13,7 +13,7 @@ from fedrun.errors import ConfigError, check, check_choice
 class SimConfig:
     seed: int = 0  # training seed: initialisation, client sampling, negatives (the split has its own)
     epochs: int = 20  # global epochs; a federated epoch = every client with data sampled once
-    clients_per_round: int | float | str = 256  # c, a fraction p in (0, 1) of the clients, or "all"
+    clients_per_round: int | float | str = 256  # c, a fraction p in (0, 1.0] of the clients, or "all"
     sampling: str = "epoch"  # epoch: a permutation dealt per epoch | independent: c fresh clients every round
     local_epochs: int = 1  # local full-batch steps per round
     max_rounds: int | None = None  # stop after this many rounds (0: evaluate the initial model)
@@ -33,8 +33,8 @@ class SimConfig:
         check(self.epochs >= 1, "epochs", self.epochs, "an integer >= 1")
         per_round = self.clients_per_round
         check(per_round == "all" or (isinstance(per_round, int) and not isinstance(per_round, bool) and per_round >= 1)
-              or (isinstance(per_round, float) and 0 < per_round < 1),
-              "clients_per_round", per_round, "an integer >= 1, a fraction in (0, 1) of the clients, or all")
+              or (isinstance(per_round, float) and 0 < per_round <= 1),
+              "clients_per_round", per_round, "an integer >= 1, a fraction in (0, 1.0] of the clients, or all")
         check(self.local_epochs >= 1, "local_epochs", self.local_epochs, "an integer >= 1")
         check(self.max_rounds is None or self.max_rounds >= 0, "max_rounds", self.max_rounds, "null or an integer >= 0")
         check(self.eval_every >= 0, "eval_every", self.eval_every, "an integer >= 0")
@@ -50,7 +50,7 @@ class SimConfig:
 
     def round_size(self, n_clients: int) -> int:
         """Clients per round for a dataset with ``n_clients`` clients holding data (a fraction p gives
-        round(p·n), at least 1)."""
+        round(p·n), at least 1: the float 1.0 is every client, the integer 1 one client)."""
         if self.clients_per_round == "all":
             return n_clients
         if isinstance(self.clients_per_round, float):

@@ -1,8 +1,8 @@
-"""FedCL Figures 3–9 from the runs of ``fedrun -m +experiment=fedcl/figN``: test HR@10 and
-NDCG@10 against the swept setting (the preset's ``figure.x``), one line (or bar group) per
-backbone, mean ± std over seeds, one panel per dataset and metric.
+"""A paper's figures from the runs of ``fedrun -m +experiment=<paper>/<figN>`` (FedCL Figures 3–9,
+LightFR Figures 4–6): test HR@10 and NDCG@10 against the swept setting (the preset's ``figure.x``),
+one line (or bar group) per backbone, mean ± std over seeds, one panel per dataset and metric.
 
-    python scripts/fedcl_figures.py fig5 [fig4 ...] [--out docs/reproductions/fedcl]
+    python scripts/paper_figures.py fedcl/fig5 [lightfr/fig4 ...] [--out docs/reproductions/<paper>]
 """
 
 from __future__ import annotations
@@ -25,8 +25,14 @@ from fedrun.track.mlflow import default_uri  # noqa: E402
 METRICS = ("test_hr_at_10", "test_ndcg_at_10")
 
 
-def swept_setting(figure: str) -> str:
-    preset = OmegaConf.load(Path(config_dir()) / "experiment" / "fedcl" / f"{figure}.yaml")
+def swept_setting(preset_name: str) -> str:
+    """The preset's ``figure.x``; ``preset_name`` is ``<paper>/<figN>`` under conf/experiment."""
+    path = Path(config_dir()) / "experiment" / f"{preset_name}.yaml"
+    if not path.is_file():
+        raise SystemExit(f"no figure preset {preset_name!r}: expected {path} (e.g. fedcl/fig5, lightfr/fig4)")
+    preset = OmegaConf.load(path)
+    if "figure" not in preset:
+        raise SystemExit(f"{preset_name!r} is not a figure preset: it has no 'figure.x' (the swept setting)")
     return str(preset.figure.x)
 
 
@@ -82,21 +88,22 @@ def plot(table: pd.DataFrame, x: str, title: str, path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("figures", nargs="+", help="fig3 ... fig9")
+    parser.add_argument("figures", nargs="+", help="<paper>/<figN> presets: fedcl/fig3 … fig9, lightfr/fig4 … fig6")
     parser.add_argument("--uri", default=None)
-    parser.add_argument("--out", default="docs/reproductions/fedcl")
+    parser.add_argument("--out", default=None, help="default: docs/reproductions/<paper>")
     args = parser.parse_args()
     client = MlflowClient(args.uri or default_uri())
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for figure in args.figures:
-        experiment = client.get_experiment_by_name(f"fedcl-{figure}")
+    for preset_name in args.figures:
+        x = swept_setting(preset_name)
+        paper, figure = preset_name.split("/", 1)
+        experiment = client.get_experiment_by_name(f"{paper}-{figure}")
         if experiment is None:
-            raise SystemExit(f"no experiment named 'fedcl-{figure}': run fedrun -m +experiment=fedcl/{figure} first")
-        x = swept_setting(figure)
+            raise SystemExit(f"no experiment named '{paper}-{figure}': run fedrun -m +experiment={preset_name} first")
+        out = Path(args.out or f"docs/reproductions/{paper}")
+        out.mkdir(parents=True, exist_ok=True)
         table = curves(collect(client, experiment.experiment_id), x)
         table.to_csv(out / f"{figure}.csv", index=False)
-        plot(table, x, f"FedCL {figure}: test metrics vs {x}", out / f"{figure}.png")
+        plot(table, x, f"{paper} {figure}: test metrics vs {x}", out / f"{figure}.png")
         print(table.to_string(index=False))
         print(f"written: {out / f'{figure}.csv'}, {out / f'{figure}.png'}")
 
