@@ -31,6 +31,19 @@ class Poison:
         raise PrivacyViolation(f"server phase indexed {self._name}")
 
 
+def poisoned(fn, name: str, method, env, calls: list[str]):
+    """``fn`` run with the client store and the private parameters replaced by poison; logs ``name``."""
+    def wrapper(*args, **kwargs):
+        calls.append(name)
+        saved = (env.train, method.private)
+        env.train, method.private = Poison("ClientStore"), Poison("PrivateParams")
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            env.train, method.private = saved
+    return wrapper
+
+
 def reachable(root, limit=20000):
     """Objects reachable from ``root`` through attributes and containers (not modules or classes)."""
     seen, todo, out = set(), [root], []
@@ -63,20 +76,8 @@ def test_server_holds_no_reference_to_client_data(overrides):
 def test_server_phase_never_touches_client_data(overrides):
     method, env = make_method(overrides)
     calls = []
-
-    def poisoned(fn, name):
-        def wrapper(*args, **kwargs):
-            calls.append(name)
-            saved = (env.train, method.private)
-            env.train, method.private = Poison("ClientStore"), Poison("PrivateParams")
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                env.train, method.private = saved
-        return wrapper
-
-    method.defense.aggregate = poisoned(method.defense.aggregate, "aggregate")
-    method.server.step = poisoned(method.server.step, "server.step")
+    method.defense.aggregate = poisoned(method.defense.aggregate, "aggregate", method, env, calls)
+    method.server.step = poisoned(method.server.step, "server.step", method, env, calls)
     for r in range(3):
         method.train_round(r)
     assert "server.step" in calls

@@ -1,0 +1,140 @@
+"""PrivRec: the vectorized Reptile step equals a per-client loop, each client's whole update is
+clipped to S, the server's Gaussian noise has σ = zS on the sum, clients adapt before ranking, and
+bad settings are named."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fedrun.errors import ConfigError
+from fedrun.method.privrec import USER_INIT, clip_clients
+from fedrun.types import RoundContext, Uploads
+from tests.conftest import make_method
+from tests.test_privacy_boundary import poisoned
+
+PRIVREC = ["method=privrec", "backbone=pmf", "backbone.dim=4", "backbone.init_std=0.1", "dataset.ratings=true",
+           "dataset.split.protocol=random_ratio", "dataset.split.valid=false"]
+
+
+def reptile_loop(method, users: torch.Tensor) -> dict[int, tuple[torch.Tensor, dict[int, torch.Tensor]]]:
+    """One client at a time, plain SGD by hand: user → (u₀ delta, {item: row delta}), before clipping."""
+    env, config = method.env, method.config
+    lam, lr = env.backbone.config.l2, config.optimizer.lr
+    out = {}
+    for user in users.tolist():
+        start, end = env.train.indptr[user], env.train.indptr[user + 1]
+        items, ratings = env.train.items[start:end], env.train.ratings[start:end]
+        u0 = method.public.net[USER_INIT].detach().clone()
+        u, v = u0.clone().requires_grad_(True), method.public.item[items].detach().clone().requires_grad_(True)
+        for _ in range(config.local_steps):
+            loss = ((v @ u - ratings) ** 2).mean()
+            if lam:
+                loss = loss + lam * ((u ** 2).sum() + (v ** 2).sum(1).mean())
+            gu, gv = torch.autograd.grad(loss, [u, v])
+            with torch.no_grad():
+                u -= lr * gu
+                v -= lr * gv
+        delta_v = (v - method.public.item[items]).detach()
+        out[user] = ((u - u0).detach(), {int(i): delta_v[k] for k, i in enumerate(items.tolist())})
+    return out
+
+
+def test_client_step_equals_a_per_client_reptile_loop():
+    method, _ = make_method(PRIVREC + ["method.clip=1e9", "method.optimizer.lr=0.3"])
+    users = method.sampler.users(0)
+    problems = method.problems(users, 0)
+    want = reptile_loop(method, torch.cat([p.batch.users for p in problems]))
+    for problem in problems:
+        uploads, new_user, _ = method.client_step(problem)
+        for c, user in enumerate(problem.batch.users.tolist()):
+            user_delta, rows = want[user]
+            torch.testing.assert_close(uploads.dense[USER_INIT][c], user_delta, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(new_user[c], method.public.net[USER_INIT] + user_delta, rtol=1e-5, atol=1e-6)
+            mine = uploads.row_client == c
+            assert sorted(uploads.row_item[mine].tolist()) == sorted(rows)
+            for item, delta in zip(uploads.row_item[mine].tolist(), uploads.row_delta[mine]):
+                torch.testing.assert_close(delta, rows[item], rtol=1e-5, atol=1e-6)
+
+
+def test_each_clients_whole_update_is_clipped_jointly():
+    gen = torch.Generator().manual_seed(0)
+    client = torch.tensor([0, 0, 1, 2, 2, 2])
+    uploads = Uploads(3, client, torch.tensor([1, 2, 1, 0, 1, 2]), 3 * torch.randn(6, 4, generator=gen),
+                      {USER_INIT: torch.randn(3, 4, generator=gen)})
+    uploads.row_delta[client == 1] *= 1e-3  # client 1 stays inside the bound
+    uploads.dense[USER_INIT][1] *= 1e-3
+    clipped, norm = clip_clients(uploads, bound=2.0)
+    for c in range(3):
+        before = torch.cat([uploads.row_delta[client == c].ravel(), uploads.dense[USER_INIT][c]])
+        after = torch.cat([clipped.row_delta[client == c].ravel(), clipped.dense[USER_INIT][c]])
+        torch.testing.assert_close(norm[c], before.norm())
+        assert after.norm() <= 2.0 + 1e-5
+        if before.norm() <= 2.0:
+            assert torch.equal(after, before)
+        else:  # the direction is kept: one scale for the whole update
+            torch.testing.assert_close(after, before * 2.0 / before.norm())
+
+
+def test_server_noise_has_sigma_zs_on_the_sum():
+    method, env = make_method(PRIVREC + ["method.noise=0.5", "method.clip=4"])
+    n, d = 10, 4
+    silent = Uploads(n, torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long), torch.zeros(0, d),
+                     {USER_INIT: torch.zeros(n, d)})
+    aggregate = method.aggregate(silent, torch.arange(n), RoundContext(0, 0, n))
+    noise = aggregate.item_delta * n  # the noise on the sum
+    assert noise.shape == (env.n_items, d) and torch.equal(aggregate.items, torch.arange(env.n_items))
+    assert abs(noise.std().item() - 2.0) < 0.15 and abs(noise.mean().item()) < 0.15  # σ = zS = 2, 320 draws
+    again = method.aggregate(silent, torch.arange(n), RoundContext(0, 0, n))
+    assert torch.equal(again.item_delta, aggregate.item_delta)  # seeded per round
+    assert not torch.equal(method.aggregate(silent, torch.arange(n), RoundContext(1, 0, n)).item_delta,
+                           aggregate.item_delta)
+
+
+def test_without_noise_the_server_applies_the_mean_clipped_update():
+    method, _ = make_method(PRIVREC + ["method.noise=0", "method.clip=0.05"])
+    item0, init0 = method.public.item.clone(), method.public.net[USER_INIT].clone()
+    users = method.sampler.users(0)
+    parts = [method.client_step(p)[0] for p in method.problems(users, 0)]
+    uploads = Uploads.concat(parts)
+    method.server.public.item.copy_(item0)
+    expected = item0.clone().index_add_(0, uploads.row_item, uploads.row_delta / users.numel())
+    method.train_round(0)
+    torch.testing.assert_close(method.public.item, expected)
+    torch.testing.assert_close(method.public.net[USER_INIT], init0 + uploads.dense[USER_INIT].mean(0))
+
+
+def test_clients_adapt_before_ranking_and_learn_without_noise():
+    method, env = make_method(PRIVREC + ["method.noise=0", "method.optimizer.lr=0.3", "sim.clients_per_round=all"])
+    before = method.private.user.clone()
+    losses = [method.train_round(r).loss for r in range(15)]
+    assert losses[-1] < 0.5 * losses[0]
+    users = env.clients_with_data()
+    scores = method.score_pairs(users, torch.zeros_like(users))
+    assert not torch.equal(method.private.user[users], before[users])  # every client adapted θ
+    assert torch.isfinite(scores).all()
+    adapted = method.private.user.clone()
+    method.score_users(users)
+    assert torch.equal(method.private.user, adapted)  # adapted once per server version
+
+
+@pytest.mark.parametrize("override,field", [
+    (["privacy=ldp", "privacy.targets=[item_rows]"], "privacy"),
+    (["backbone=mf", "dataset.ratings=false"], "backbone"),
+    (["method.clip=0"], "method.clip"),
+    (["method.noise=-1"], "method.noise"),
+    (["method.local_steps=0"], "method.local_steps"),
+])
+def test_bad_settings_are_named(override, field):
+    with pytest.raises(ConfigError, match=field):
+        make_method(PRIVREC + override)
+
+
+def test_server_phase_sees_uploads_only():
+    """The noisy aggregation and the server step run with client data and private rows poisoned."""
+    method, env = make_method(PRIVREC)
+    calls = []
+    method.aggregate = poisoned(method.aggregate, "aggregate", method, env, calls)
+    method.server.step = poisoned(method.server.step, "server.step", method, env, calls)
+    method.train_round(0)
+    assert calls == ["aggregate", "server.step"]
