@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fedrun.build import build  # noqa: E402
+from fedrun.cli import compose  # noqa: E402
 from fedrun.method.base import Method  # noqa: E402
 from fedrun.method.fedmf import FedMF  # noqa: E402
 from fedrun.method.lightfr import LightFR  # noqa: E402
@@ -36,22 +37,6 @@ from fedrun.retrieval.hamming import pack_codes, top_k_hamming  # noqa: E402
 from fedrun.sim.env import RunEnv  # noqa: E402
 
 ROWS = ("fcf", "fedmf", "fedrec", "lightfr")
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import open_dict
-
-    from fedrun.cli import config_dir
-
-    with initialize_config_dir(config_dir(), version_base="1.3"):
-        cfg = hydra_compose("config", overrides=overrides, return_hydra_config=True)
-    HydraConfig.instance().set_config(cfg)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return cfg
 
 
 def build_method(setup: str, row: str) -> Method:

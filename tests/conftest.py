@@ -6,13 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import open_dict
 
 from fedrun.build import build
-from fedrun.cli import config_dir
+from fedrun.cli import compose
 from fedrun.experiment import plan
 from fedrun.method.base import Method
 from fedrun.sim.env import RunEnv
@@ -31,13 +27,7 @@ def _isolated(tmp_path, monkeypatch):
 
 
 def compose_cfg(overrides: list[str]):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir(), version_base="1.3"):
-        cfg = compose("config", overrides=overrides, return_hydra_config=True)
-    HydraConfig.instance().set_config(cfg)
-    with open_dict(cfg):
-        del cfg["hydra"]  # as in a real run: the task config has no hydra node
-    return cfg
+    return compose(overrides)
 
 
 SMALL = ["dataset=synthetic", "dataset.n_users=60", "dataset.n_items=80", "dataset.mean_length=8",

@@ -184,3 +184,50 @@ def test_zero_rounds_evaluates_the_initial_codes():
     """``sim.max_rounds=0`` (Table 7's Random row): no training, the random codes are tested."""
     result = run(compose_cfg([*SMALL, *LIGHTFR, "sim.max_rounds=0", "eval.kind=ranking"]))
     assert result.rounds == 0 and result.train_seconds == 0 and set(result.test) >= {"hr_at_10", "ndcg_at_10"}
+
+
+def eq19_code(code, item_codes, ratings01):
+    """Eq. 19 as printed, in the paper's units: b*_uk = Σ_i (1/f)(r_ui − 1/2 − (1/2f) d_ik̄ᵀb_uk̄) d_ik,
+    bits in order, swept until none changes (a zero b* keeps the bit)."""
+    code, f = code.double().clone(), code.numel()
+    for _ in range(10):
+        changed = False
+        for k in range(f):
+            star = 0.0
+            for d, r in zip(item_codes.double(), ratings01.double()):
+                rest = float(code @ d - code[k] * d[k])  # d_ik̄ᵀ b_uk̄
+                star += (float(r) - 0.5 - rest / (2 * f)) * float(d[k]) / f
+            new = 1.0 if star > 1e-12 else -1.0 if star < -1e-12 else float(code[k])
+            changed |= new != float(code[k])
+            code[k] = new
+        if not changed:
+            break
+    return code
+
+
+def test_cold_start_clients_never_train_and_fit_codes_by_eq19():
+    method, env = make_method(LIGHTFR + ["method.cold_users=0.25", "sim.clients_per_round=0.5",
+                                         "sim.sampling=independent"])
+    cold = torch.nonzero(method.cold).squeeze(1)
+    assert cold.numel() == round(0.25 * env.clients_with_data().numel())
+    initial = method.private.user[cold].clone()
+    for r in range(4):
+        assert not method.cold[method.sampler.users(r)].any()  # never sampled
+        method.train_round(r)
+    assert torch.equal(method.private.user[cold], initial)  # untouched by training
+    method.score_users(cold)  # ranking triggers Eq. 19 on the cold clients
+    for u in cold.tolist():
+        start, end = env.train.indptr[u], env.train.indptr[u + 1]
+        items, ratings = env.train.items[start:end], env.train.ratings[start:end]
+        want = eq19_code(initial[cold.tolist().index(u)], method.public.item[items], method.scale(ratings))
+        assert torch.equal(method.private.user[u].double(), want), f"cold client {u}"
+    warm = torch.nonzero(~method.cold).squeeze(1)
+    assert not torch.equal(method.private.user[cold], initial)  # they did fit codes
+    assert method.private.user[warm].abs().eq(1).all()
+
+
+def test_cold_users_must_leave_clients_on_both_sides():
+    with pytest.raises(ConfigError, match="cold_users"):
+        make_method(LIGHTFR + ["method.cold_users=1.0"])
+    with pytest.raises(ConfigError, match="cold_users"):
+        make_method(LIGHTFR + ["method.cold_users=0.001"])

@@ -41,6 +41,12 @@ unchanged copies would outvote every update). Clients are sampled without replac
 (``sim.clients_per_round`` = p; the authors' code samples with replacement). The server rule is
 Eq. 16/17 itself, so ``defense`` takes no part: mean (the default) and sum are accepted, robust
 rules are refused.
+
+Cold-start clients (§3.3.3, Eq. 18–19): ``cold_users`` > 0 holds that fraction of the clients out
+of every round (drawn once from the training seed); before ranking, each of them fits its code to
+its own ratings against the final D by the same DCD without regulariser or balance term — Eq. 19's
+bit-excluded residual, i.e. α = 1 per rating and β = 0 in code units — so no existing code is
+retrained. (Cold-start items, Eq. 20–21, are not built.)
 """
 
 from __future__ import annotations
@@ -53,13 +59,15 @@ from fedrun.backbone.base import PublicParams
 from fedrun.backbone.binary_mf import BinaryMF
 from fedrun.defense.mean import Mean
 from fedrun.defense.sum import Sum
-from fedrun.errors import ConfigError, check, check_choice, check_positive
+from fedrun.errors import ConfigError, check, check_choice, check_fraction, check_positive
 from fedrun.method.base import RoundStats
 from fedrun.method.federated import FederatedMethod
 from fedrun.method.rating_scale import RatingScale
 from fedrun.method.server import Server
 from fedrun.sim.batching import LocalProblem
 from fedrun.sim.rows import sum_by_key
+from fedrun.sim.sampling import ClientSampler
+from fedrun.sim.seeding import generator
 from fedrun.types import Aggregate, RoundContext, Uploads
 
 
@@ -70,6 +78,7 @@ class LightFRConfig:
     rule: str = "code"  # code (the authors' public code) | paper (Eq. 9, 12, 16 as printed)
     max_sweeps: int = 10  # DCD sweeps over the f bits until no bit changes, at most this many
     item_stay: str = "clients"  # rule=code, grad: the server's stay term c·d_ik (the code) | 2λ|Ω_i^s|·d_ik
+    cold_users: float = 0.0  # fraction of clients never trained; they learn codes by Eq. 19 before ranking
 
     def __post_init__(self) -> None:
         check_positive("balance", self.balance, allow_zero=True)
@@ -79,6 +88,7 @@ class LightFRConfig:
         check_choice("item_stay", self.item_stay, ("clients", "raters"))
         check(self.item_stay == "clients" or (self.rule == "code" and self.aggregation == "grad"), "item_stay",
               self.item_stay, "clients unless rule=code and aggregation=grad (the only server rule with a stay term)")
+        check_fraction("cold_users", self.cold_users)
 
 
 @dataclass(frozen=True)
@@ -180,6 +190,25 @@ class LightFR(FederatedMethod):
                               "defense=mean or sum for method=lightfr: its server rule is Eq. 16/17 (a sum "
                               "and a sign), whichever of the two is set")
         self.round_metrics: dict[str, float] = {}
+        self.cold = self.hold_out_cold_clients(config.cold_users)  # [n_users] bool
+        self.cold_version, self.version = -1, 0
+
+    def hold_out_cold_clients(self, fraction: float) -> torch.Tensor:
+        """Draw ``fraction`` of the clients with data as cold-start clients and sample rounds from the rest."""
+        env = self.env
+        cold = torch.zeros(env.n_users, dtype=torch.bool, device=env.device)
+        if fraction == 0:
+            return cold
+        clients = env.clients_with_data()
+        order = torch.randperm(clients.numel(), generator=generator(env.sim.seed, "cold_users")).to(clients.device)
+        n_cold = round(fraction * clients.numel())
+        check(0 < n_cold < clients.numel(), "method.cold_users", fraction,
+              f"a fraction leaving at least one cold and one training client among {clients.numel()}")
+        cold[clients[order[:n_cold]]] = True
+        warm = clients[order[n_cold:]].sort().values
+        self.sampler = ClientSampler(warm, env.sim.round_size(warm.numel()), env.sim.seed,
+                                     env.sim.sampling == "independent")
+        return cold
 
     def make_server(self, public: PublicParams) -> Server:
         return LightFRServer(public, self.weights, self.config.aggregation)
@@ -233,6 +262,34 @@ class LightFR(FederatedMethod):
                                      self.config.max_sweeps)
         return copies.view(B, P, f), score.view(B, P)
 
+    @torch.no_grad()
+    def cold_start_codes(self, users: torch.Tensor) -> torch.Tensor:
+        """Eq. 18–19 on the clients ``users`` [U]: their codes fitted bit by bit to their training
+        ratings against the current D (α = 1 per rating, no balance term) → [U, f]."""
+        batch = self.env.train.client_batch(users)
+        mask = batch.pos_mask
+        n_rated = mask.sum(1).to(self.public.item.dtype)
+        target = self.targets(batch.ratings) * mask  # [U, P]
+        codes, _, _ = dcd_codes(self.private.user[users], self.public.item[batch.pos], target, mask, n_rated, 0.0,
+                                self.config.max_sweeps)
+        return codes
+
+    def prepare_cold_clients(self) -> None:
+        """Before ranking: the cold-start clients compute their codes (once per server version)."""
+        if self.cold_version == self.version or not bool(self.cold.any()):
+            return
+        users = torch.nonzero(self.cold).squeeze(1)
+        self.private.user[users] = self.cold_start_codes(users)
+        self.cold_version = self.version
+
+    def score_users(self, users, history=()):
+        self.prepare_cold_clients()
+        return super().score_users(users, history)
+
+    def score_pairs(self, users, items, history=()):
+        self.prepare_cold_clients()
+        return super().score_pairs(users, items, history)
+
     # -- server side -----------------------------------------------------------------------
     def aggregate(self, uploads: Uploads, users: torch.Tensor, ctx: RoundContext) -> Aggregate:
         """Σ over each row's uploaders (Eq. 16's Σ_u ΔD^u, Eq. 17's Σ_u D^u); the sign is the server's step."""
@@ -252,9 +309,14 @@ class LightFR(FederatedMethod):
         """A client downloads the whole packed item matrix D (it ranks the catalogue on device)."""
         return float(self.env.n_items * self.env.backbone.code_bytes())
 
+    def load_state_dict(self, state) -> None:
+        super().load_state_dict(state)
+        self.cold_version = -1
+
     def train_round(self, round_index: int) -> RoundStats:
         self.round_metrics = {}
         stats = super().train_round(round_index)
         stats.bytes_up = self.round_metrics.pop("comm_bytes_up", stats.bytes_up)
         stats.extra.update(self.round_metrics, item_bits_flipped=self.server.flipped)
+        self.version += 1
         return stats
