@@ -44,6 +44,16 @@ def poisoned(fn, name: str, method, env, calls: list[str]):
     return wrapper
 
 
+def server_phase_calls(method, env) -> list[str]:
+    """One round of a method whose server phase is its own ``aggregate`` (it adds noise, back-propagates,
+    ...) and ``server.step``, both run with client data poisoned → the phases that ran, in order."""
+    calls: list[str] = []
+    method.aggregate = poisoned(method.aggregate, "aggregate", method, env, calls)
+    method.server.step = poisoned(method.server.step, "server.step", method, env, calls)
+    method.train_round(0)
+    return calls
+
+
 def reachable(root, limit=20000):
     """Objects reachable from ``root`` through attributes and containers (not modules or classes)."""
     seen, todo, out = set(), [root], []

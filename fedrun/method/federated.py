@@ -30,7 +30,7 @@ from fedrun.method.server import Server
 from fedrun.privacy.base import Privacy
 from fedrun.sim.batching import LocalProblem, bucketize, local_problem
 from fedrun.sim.env import RunEnv
-from fedrun.sim.guards import check_finite, check_uploads
+from fedrun.sim.guards import UploadSchema, check_finite, check_uploads
 from fedrun.sim.local import problem_loss, train_local
 from fedrun.sim.sampling import ClientSampler
 from fedrun.sim.seeding import derive_seed, generator
@@ -93,6 +93,11 @@ class FederatedMethod(Method):
 
     def make_server(self, public: PublicParams) -> Server:
         raise NotImplementedError
+
+    def upload_schema(self) -> UploadSchema:
+        """The fields a client may upload (checked every round): deltas of the public item rows and
+        weights, unless the protocol sends something else (MetaMF: gradients of its generated model)."""
+        return UploadSchema.of_public(self.public)
 
     def exchange(self, users: torch.Tensor, round_index: int) -> Exchange:
         """A protocol step before local training (server ↔ clients); none by default."""
@@ -183,7 +188,7 @@ class FederatedMethod(Method):
             parts.append(self.privacy.apply(uploads, gen))
             losses.append(loss)
         uploads = self.attack.inject(Uploads.concat(parts), ctx)
-        check_uploads(uploads, self.public, ctx.round, component)
+        check_uploads(uploads, self.upload_schema(), ctx.round, component)
         return uploads, torch.cat(losses)
 
     def upload_bytes(self, rows: torch.Tensor) -> float:

@@ -27,9 +27,10 @@ import torch
 
 from fedrun.backbone.base import PublicParams
 from fedrun.data.negatives import sample_unrated
-from fedrun.errors import ConfigError, check, check_fraction, check_positive
+from fedrun.errors import check, check_fraction, check_positive
 from fedrun.method.base import RoundStats
 from fedrun.method.federated import FederatedMethod
+from fedrun.method.rating_scale import require_rating_model
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.privacy.audit import MembershipAudit
 from fedrun.sim.batching import LocalProblem, bucketize, local_problem
@@ -68,10 +69,7 @@ class FedRec(FederatedMethod):
     Config = FedRecConfig
 
     def __init__(self, config: FedRecConfig, env, **components):
-        if env.backbone.config.loss != "mse" or env.split.train.rating is None:
-            raise ConfigError("backbone", type(env.backbone).__name__,
-                              f"backbone=pmf (explicit ratings, squared loss) and a rated dataset for "
-                              f"method={type(self).__name__.lower()}")
+        require_rating_model(env, type(self).__name__.lower())
         super().__init__(config, env, **components)
         self.audit = None
         if config.audit:

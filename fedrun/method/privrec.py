@@ -38,6 +38,7 @@ from fedrun.defense.sum import Sum
 from fedrun.errors import ConfigError, check, check_positive
 from fedrun.method.base import RoundStats
 from fedrun.method.federated import FederatedMethod
+from fedrun.method.rating_scale import require_rating_model
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.sim.batching import LocalProblem, bucketize, local_problem
 from fedrun.sim.local import ClientOptimizer, train_local
@@ -81,9 +82,7 @@ class PrivRec(FederatedMethod):
     Config = PrivRecConfig
 
     def __init__(self, config: PrivRecConfig, env, **components):
-        if env.backbone.config.loss != "mse" or env.split.train.rating is None:
-            raise ConfigError("backbone", type(env.backbone).__name__,
-                              "backbone=pmf (explicit ratings, squared loss) and a rated dataset for method=privrec")
+        require_rating_model(env, "privrec")
         super().__init__(config, env, **components)
         if not isinstance(self.defense, (Sum, Mean)):
             raise ConfigError("defense", type(self.defense).__name__,

@@ -10,6 +10,13 @@ import torch
 from fedrun.errors import ConfigError
 
 
+def require_rating_model(env, method: str) -> None:
+    """A named error unless the backbone fits ratings (squared loss) and the data has them."""
+    if env.backbone.config.loss != "mse" or env.split.train.rating is None:
+        raise ConfigError("backbone", type(env.backbone).__name__,
+                          f"backbone=pmf (explicit ratings, squared loss) and a rated dataset for method={method}")
+
+
 @dataclass(frozen=True)
 class RatingScale:
     low: float

@@ -3,6 +3,8 @@ nothing non-finite crosses from one component to the next."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from fedrun.backbone.base import PublicParams
@@ -27,19 +29,33 @@ def check_finite(tensor: torch.Tensor, component: str, round_index: int) -> None
             "optimizer), or check the data and the method's settings.")
 
 
-def check_uploads(uploads: Uploads, public: PublicParams, round_index: int, component: str) -> None:
-    """Uploads may hold item-row deltas of the public item table and deltas of public weights only."""
-    if uploads.row_delta.shape[1:] != public.item.shape[1:]:
+@dataclass(frozen=True)
+class UploadSchema:
+    """What a protocol lets a client upload: item rows of one shape, and named dense fields."""
+
+    row_shape: tuple[int, ...]
+    dense: dict[str, tuple[int, ...]]
+
+    @staticmethod
+    def of_public(public: PublicParams) -> "UploadSchema":
+        """Deltas of the public item rows and of the public weights (every method but a few)."""
+        return UploadSchema(tuple(public.item.shape[1:]), {k: tuple(v.shape) for k, v in public.net.items()})
+
+
+def check_uploads(uploads: Uploads, schema: UploadSchema, round_index: int, component: str) -> None:
+    """Uploads may hold the schema's item rows and dense fields only (by default: deltas of the public
+    item table and of the public weights)."""
+    if tuple(uploads.row_delta.shape[1:]) != schema.row_shape:
         raise UploadError(f"{component}: item-row deltas of width {tuple(uploads.row_delta.shape[1:])}, "
-                          f"the public item rows have {tuple(public.item.shape[1:])}")
-    extra = set(uploads.dense) - set(public.net)
+                          f"the protocol's item rows have {schema.row_shape}")
+    extra = set(uploads.dense) - set(schema.dense)
     if extra:
         raise UploadError(f"{component}: uploads carry undeclared fields {sorted(extra)}; "
-                          f"only deltas of the public weights {sorted(public.net)} may leave a client")
+                          f"only the declared fields {sorted(schema.dense)} may leave a client")
     for name, delta in uploads.dense.items():
-        if delta.shape[1:] != public.net[name].shape:
+        if tuple(delta.shape[1:]) != schema.dense[name]:
             raise UploadError(f"{component}: delta of {name} has shape {tuple(delta.shape[1:])}, "
-                              f"expected {tuple(public.net[name].shape)}")
+                              f"expected {schema.dense[name]}")
     check_finite(uploads.row_delta, component, round_index)
     for delta in uploads.dense.values():
         check_finite(delta, component, round_index)
