@@ -3,7 +3,9 @@
 ``variant=full``: the original ratings (shipped cut into ``ratings_0..3.txt``; read together).
 ``variant=lightfr``: the LightFR code's own preprocessed split (1,002 users, ratings min-max
 rescaled to 0.01–1.01) with ``split.protocol=predefined``. Its validation/test files also
-list sampled negatives as rows rated 0.0; they are not interactions and are dropped here.
+list sampled negatives as rows rated 0.0; they are not interactions and are dropped here. Their
+ratings are on the raw 0.5–4 scale while the training file's are rescaled: they are mapped to the
+training scale (0.5 → 0.01, 4 → 1.01) so rating metrics compare like with like.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ LIGHTFR = {
                      "2c0ef085baa63d2f188911b8bd1f052507a40bf395be9dd53c3259531b1458c4"),
 }
 
+RAW_LOW, RAW_HIGH = 0.5, 4.0  # FilmTrust's rating range
+
 
 @dataclass
 class FilmtrustConfig(DatasetConfig):
@@ -57,16 +61,23 @@ class Filmtrust(Dataset):
         return FULL if self.config.variant == "full" else list(LIGHTFR.values())
 
     def _read_key(self) -> str:
-        return self.config.variant
+        return self.config.variant + ("-scaled" if self.config.variant == "lightfr" else "")
 
     def read(self, paths: dict[str, Path]) -> dict[str, Interactions]:
         if self.config.variant == "full":
             table = np.concatenate([read_table(paths[spec.path], 3) for spec in FULL])
             return {"all": _ratings(table, table)}
         tables = {part: read_table(paths[spec.path], 3, sep=",", skip_header=True) for part, spec in LIGHTFR.items()}
-        tables = {part: t if part == "train" else t[t[:, 2] > 0] for part, t in tables.items()}
+        tables = {part: t if part == "train" else _to_training_scale(t[t[:, 2] > 0]) for part, t in tables.items()}
         every = np.concatenate(list(tables.values()))
         return {part: _ratings(t, every) for part, t in tables.items()}
+
+
+def _to_training_scale(table: np.ndarray) -> np.ndarray:
+    """Raw FilmTrust ratings (0.5–4) → the LightFR training file's scale, 0.01 + (r − 0.5) / 3.5."""
+    scaled = table.copy()
+    scaled[:, 2] = 0.01 + (table[:, 2] - RAW_LOW) / (RAW_HIGH - RAW_LOW)
+    return scaled
 
 
 def _ratings(table: np.ndarray, every: np.ndarray) -> Interactions:

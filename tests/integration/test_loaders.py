@@ -70,6 +70,17 @@ def test_ml100k_predefined_folds_are_grouplens_files():
     assert fold.test.rating is not None and set(np.unique(fold.test.rating)) <= {1, 2, 3, 4, 5}
 
 
+def test_filmtrust_lightfr_split_has_one_rating_scale():
+    """The authors' validation/test files keep raw 0.5–4 ratings; they are mapped onto the training
+    file's 0.01–1.01 scale, the same eight levels."""
+    config = {"variant": "lightfr", **PREDEFINED}
+    split = filmtrust.Filmtrust(parse_config(filmtrust.Filmtrust.Config, config, "dataset")).load()
+    levels = np.unique(split.train.rating)
+    assert levels.size == 8 and levels.min() == pytest.approx(0.01) and levels.max() == pytest.approx(1.01)
+    for part in (split.valid, split.test):
+        np.testing.assert_allclose(np.unique(part.rating), levels, rtol=0, atol=1e-6)
+
+
 def test_corrupt_file_raises_checksum_error(tmp_path, monkeypatch):
     shutil.copytree(DATA_DIR / "steam", tmp_path / "data" / "steam")
     path = tmp_path / "data" / "steam" / "test.txt"
