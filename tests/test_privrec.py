@@ -18,13 +18,14 @@ PRIVREC = ["method=privrec", "backbone=pmf", "backbone.dim=4", "backbone.init_st
 
 
 def reptile_loop(method, users: torch.Tensor) -> dict[int, tuple[torch.Tensor, dict[int, torch.Tensor]]]:
-    """One client at a time, plain SGD by hand: user → (u₀ delta, {item: row delta}), before clipping."""
+    """One client at a time, plain SGD by hand on its min-max scaled ratings: user → (u₀ delta,
+    {item: row delta}), before clipping."""
     env, config = method.env, method.config
     lam, lr = env.backbone.config.l2, config.optimizer.lr
     out = {}
     for user in users.tolist():
         start, end = env.train.indptr[user], env.train.indptr[user + 1]
-        items, ratings = env.train.items[start:end], env.train.ratings[start:end]
+        items, ratings = env.train.items[start:end], method.scale(env.train.ratings[start:end])
         u0 = method.public.net[USER_INIT].detach().clone()
         u, v = u0.clone().requires_grad_(True), method.public.item[items].detach().clone().requires_grad_(True)
         for _ in range(config.local_steps):

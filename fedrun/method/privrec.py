@@ -8,7 +8,9 @@ the item matrix V. No user row persists between rounds: personalisation is fast 
 
 Client u in round t (vectorized over the round's clients):
   1. θ_u ← θ on its rated items; k = ``local_steps`` full-batch steps of ``optimizer`` on its mean
-     squared rating error (+ the backbone's l2) — Reptile's inner loop;
+     squared rating error (+ the backbone's l2) — Reptile's inner loop. Ratings are min-max scaled
+     to [0, 1] over the training ratings (LightFR's preprocessing, as for LightFR and FCF), so one
+     inner learning rate serves 0.5–4 and 1–5 scales alike; predictions are mapped back;
   2. Δ_u = θ_u − θ: its rated rows of V and u₀'s change, clipped jointly to ‖Δ_u‖₂ ≤ S (on the client).
 Server (DP-FedAvg's Gaussian mechanism, McMahan et al. 2018, which DP-PrivRec applies):
   θ ← θ + β (Σ_u Δ_u + N(0, (zS)² I)) / B, noise on every coordinate of V and u₀, B = the round's clients.
@@ -26,7 +28,7 @@ The privacy guarantee (ε via the moments accountant) is not computed: z and S a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import torch
@@ -38,7 +40,7 @@ from fedrun.defense.sum import Sum
 from fedrun.errors import ConfigError, check, check_positive
 from fedrun.method.base import RoundStats
 from fedrun.method.federated import FederatedMethod
-from fedrun.method.rating_scale import require_rating_model
+from fedrun.method.rating_scale import RatingScale, require_rating_model
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.sim.batching import LocalProblem, bucketize, local_problem
 from fedrun.sim.local import ClientOptimizer, train_local
@@ -83,6 +85,7 @@ class PrivRec(FederatedMethod):
 
     def __init__(self, config: PrivRecConfig, env, **components):
         require_rating_model(env, "privrec")
+        self.scale = RatingScale.of_training(env, "privrec")
         super().__init__(config, env, **components)
         if not isinstance(self.defense, (Sum, Mean)):
             raise ConfigError("defense", type(self.defense).__name__,
@@ -101,11 +104,12 @@ class PrivRec(FederatedMethod):
         return OptimizerServer(public, ServerOptimizerConfig("sgd", self.config.server_lr))
 
     def describe(self) -> dict:
-        return {"dp_noise_std_on_sum": self.config.noise * self.config.clip}
+        return {"dp_noise_std_on_sum": self.config.noise * self.config.clip, "rating_scale": str(self.scale)}
 
     # -- client side -----------------------------------------------------------------------
     def adapt(self, problem: LocalProblem):
-        """Reptile's inner loop for a bucket: k steps from θ on the clients' ratings."""
+        """Reptile's inner loop for a bucket: k steps from θ on the clients' scaled ratings."""
+        problem = replace(problem, batch=replace(problem.batch, ratings=self.scale(problem.batch.ratings)))
         users = problem.batch.users
         start = self.public.net[USER_INIT].expand(users.numel(), -1)  # [B, d]
         return train_local(self.env.backbone, problem, start, self.public.item[problem.items], {},
@@ -162,13 +166,13 @@ class PrivRec(FederatedMethod):
     @torch.no_grad()
     def score_users(self, users: torch.Tensor, history: Sequence[ClientStore] = ()) -> torch.Tensor:
         self.adapt_all()
-        return super().score_users(users, history)
+        return self.scale.inverse(super().score_users(users, history))
 
     @torch.no_grad()
     def score_pairs(self, users: torch.Tensor, items: torch.Tensor,
                     history: Sequence[ClientStore] = ()) -> torch.Tensor:
         self.adapt_all()
-        return super().score_pairs(users, items, history)
+        return self.scale.inverse(super().score_pairs(users, items, history))
 
     def load_state_dict(self, state) -> None:
         super().load_state_dict(state)

@@ -34,5 +34,9 @@ class RatingScale:
         """Ratings → [0, 1] (a constant rating maps to 0)."""
         return (ratings - self.low) / max(self.high - self.low, 1e-12)
 
+    def inverse(self, scaled: torch.Tensor) -> torch.Tensor:
+        """[0, 1] → the training ratings' range (predictions back on the data's scale)."""
+        return self.low + scaled * (self.high - self.low)
+
     def __str__(self) -> str:
         return f"[{self.low:g}, {self.high:g}] -> [0, 1]"
