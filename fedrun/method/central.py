@@ -78,8 +78,8 @@ class Central(Method):
                 negatives = sample_negatives(users, self.num_negatives, env.n_items, self._positive_keys, seed,
                                              draw_ids=rows)  # keyed by the training pair
                 candidates = torch.cat([candidates, negatives], 1)  # [N, 1 + n]
-            user_rows, vectors = self.user[users], self.item[candidates]  # [N, du], [N, 1 + n, di]
-            scores = env.backbone.score(user_rows, vectors, self.net)  # [N, 1 + n]
+            user_rows, vectors = self.user_rows(users), self.item[candidates]  # [N, du], [N, 1 + n, di]
+            scores = env.backbone.score(user_rows, vectors, self.net) + self.offsets(users, candidates)  # [N, 1 + n]
             neg = scores[:, 1:].unsqueeze(1) if self.num_negatives else None
             ratings = None if self.pair_rating is None else self.pair_rating[rows].unsqueeze(1)
             mask = torch.ones_like(items, dtype=torch.bool).unsqueeze(1)
@@ -91,6 +91,14 @@ class Central(Method):
             self.optimizer.step()
             total, batches = total + float(loss.detach()), batches + 1
         return RoundStats(total / max(batches, 1))
+
+    def user_rows(self, users: torch.Tensor) -> torch.Tensor:
+        """[N] → the user vectors the backbone scores with (SVD++ adds the implicit-feedback term)."""
+        return self.user[users]
+
+    def offsets(self, users: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor | float:
+        """Terms added to every score [N, C] (SVD++: global mean and biases); none by default."""
+        return 0.0
 
     def train_sequences(self, round_index: int) -> RoundStats:
         """One epoch over the users' sequences (sequential backbones)."""
