@@ -46,7 +46,10 @@ def curves(frame: pd.DataFrame, x: str) -> pd.DataFrame:
     grouped = done.groupby(["dataset", "backbone", "x"])[[f"metric:{m}" for m in METRICS]]
     out = grouped.agg(["mean", "std", "count"])
     out.columns = [f"{m.split(':')[1]}_{s}" for m, s in out.columns]
-    return out.reset_index()
+    out = out.reset_index()
+    if numeric(out["x"]):  # 8, 16, 32, 64 rather than "16" < "32" < "64" < "8"
+        out = out.sort_values(["dataset", "backbone", "x"], key=lambda c: pd.to_numeric(c) if c.name == "x" else c)
+    return out.reset_index(drop=True)
 
 
 def numeric(values: pd.Series) -> bool:
