@@ -1,10 +1,12 @@
-"""LightFR's cold-start clients (§3.3.3, Eq. 18–19) measured: a fraction of the clients never
-trains; after T rounds each of them fits its code to its own training ratings against the final D,
-and is ranked like the others. Test HR@10 / NDCG@10 (the preset's sampled protocol) for the cold
-clients with their Eq. 19 codes, the same clients with their random initial codes, and the clients
-that trained — per seed, then mean ± std.
+"""LightFR's cold start (§3.3.3) measured. ``--kind clients`` (Eq. 18–19): a fraction of the clients
+never trains; after T rounds each fits its code to its own training ratings against the final D.
+``--kind items`` (Eq. 20–21): a fraction of the rated items never enters training; after T rounds
+their raters' uploads give them codes. Test HR@10 / NDCG@10 (the preset's sampled protocol) on the
+test rows of the cold clients / items with their Eq. 19 / 21 codes, the same rows with the random
+initial codes, and the other test rows — per seed, then mean ± std.
 
-    python scripts/lightfr_cold_start.py [--setup lightfr/filmtrust] [--cold 0.2] [--seeds 1 2 3] [--rounds T]
+    python scripts/lightfr_cold_start.py [--setup lightfr/filmtrust] [--kind clients|items] [--cold 0.2]
+                                         [--seeds 1 2 3] [--rounds T]
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -27,44 +28,50 @@ from fedrun.eval.base import Evaluator  # noqa: E402
 from fedrun.experiment import build_run  # noqa: E402
 
 
-def restricted(evaluator: Evaluator, users: torch.Tensor) -> Evaluator:
-    """The evaluator with its test targets limited to ``users`` (same negatives: they are drawn per user)."""
-    keep = np.isin(evaluator.split.test.user, users.cpu().numpy())
-    split = replace(evaluator.split, test=evaluator.split.test.take(np.nonzero(keep)[0]))
+def restricted(evaluator: Evaluator, keep_rows: np.ndarray) -> Evaluator:
+    """The evaluator with its test targets limited to the rows ``keep_rows`` [N] bool (same negatives:
+    they are drawn per user)."""
+    split = replace(evaluator.split, test=evaluator.split.test.take(np.nonzero(keep_rows)[0]))
     return type(evaluator)(evaluator.config, split, evaluator.device, evaluator.rating, evaluator.bytes_per_pair)
 
 
-def measure(setup: str, cold: float, seed: int, rounds: int | None) -> dict[str, dict[str, float]]:
+def measure(setup: str, kind: str, cold: float, seed: int, rounds: int | None) -> dict[str, dict[str, float]]:
     extra = [] if rounds is None else [f"sim.max_rounds={rounds}"]
     cfg = compose(["+experiment=lightfr/table5", f"setup={setup}", "row=lightfr/lightfr", "track=none",
-                   "sim.progress=false", f"sim.seed={seed}", f"method.cold_users={cold}", *extra])
+                   "sim.progress=false", f"sim.seed={seed}", f"method.cold_{'users' if kind == 'clients' else 'items'}"
+                   f"={cold}", *extra])
     built = build_run(cfg)
-    method, sim = built.method, built.plan.sim
+    method, sim, test = built.method, built.plan.sim, built.evaluator.split.test
     for round_index in range(sim.max_rounds):
         method.train_round(round_index)
-    cold_users = torch.nonzero(method.cold).squeeze(1)
-    warm_users = torch.nonzero(~method.cold).squeeze(1)
-    on_cold, on_warm = restricted(built.evaluator, cold_users), restricted(built.evaluator, warm_users)
+    flags = (method.cold if kind == "clients" else method.cold_item).cpu().numpy()
+    is_cold = flags[test.user if kind == "clients" else test.item]  # [N] test rows of cold clients / items
+    on_cold, on_warm = restricted(built.evaluator, is_cold), restricted(built.evaluator, ~is_cold)
     random_codes = copy.deepcopy(method)
-    random_codes.cold_version = random_codes.version  # skip Eq. 19: rank with the initial random codes
-    return {"cold, Eq. 19 codes": on_cold.evaluate(method, "test"),
-            "cold, random codes": on_cold.evaluate(random_codes, "test"),
-            "trained clients": on_warm.evaluate(method, "test")}
+    random_codes.cold_version = random_codes.version  # skip Eq. 19 / 21: rank with the initial random codes
+    rule = "Eq. 19" if kind == "clients" else "Eq. 21"
+    return {f"cold {kind}, {rule} codes": on_cold.evaluate(method, "test"),
+            f"cold {kind}, random codes": on_cold.evaluate(random_codes, "test"),
+            f"trained {kind}": on_warm.evaluate(method, "test")}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--setup", default="lightfr/filmtrust")
-    parser.add_argument("--cold", type=float, default=0.2, help="fraction of clients held out of training")
+    parser.add_argument("--kind", choices=["clients", "items"], default="clients",
+                        help="cold-start clients (Eq. 18-19) or cold-start items (Eq. 20-21)")
+    parser.add_argument("--cold", type=float, default=0.2, help="fraction of the clients / rated items held out")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--rounds", type=int, default=None, help="default: the preset's T = 50")
     args = parser.parse_args()
-    runs = [measure(args.setup, args.cold, seed, args.rounds) for seed in args.seeds]
-    metrics = list(runs[0]["trained clients"])
-    print(f"LightFR cold-start clients on {args.setup}: {args.cold:.0%} of the clients never train; "
-          f"seeds {args.seeds}; `python scripts/lightfr_cold_start.py --setup {args.setup} --cold {args.cold}`\n")
-    print("| clients | " + " | ".join(metrics) + " |\n|---|" + "---|" * len(metrics))
-    for group in runs[0]:
+    runs = [measure(args.setup, args.kind, args.cold, seed, args.rounds) for seed in args.seeds]
+    groups = list(runs[0])
+    metrics = list(runs[0][groups[0]])
+    print(f"LightFR cold-start {args.kind} on {args.setup}: {args.cold:.0%} of the {args.kind} never train; "
+          f"seeds {args.seeds}; `python scripts/lightfr_cold_start.py --setup {args.setup} --kind {args.kind} "
+          f"--cold {args.cold}`\n")
+    print("| test rows of | " + " | ".join(metrics) + " |\n|---|" + "---|" * len(metrics))
+    for group in groups:
         cells = []
         for metric in metrics:
             values = [r[group][metric] for r in runs]

@@ -231,3 +231,51 @@ def test_cold_users_must_leave_clients_on_both_sides():
         make_method(LIGHTFR + ["method.cold_users=1.0"])
     with pytest.raises(ConfigError, match="cold_users"):
         make_method(LIGHTFR + ["method.cold_users=0.001"])
+
+
+def eq21_codes(item_code, rater_codes, ratings01, max_rounds=10):
+    """Eq. 21 as printed for one new item: every round, d*_ik = Σ_u (1/f)(r_ui − 1/2 − (1/2f) b_uk̄ᵀd_ik̄) b_uk
+    from the current d_i for all bits, d_ik = sign(d*_ik) (0 keeps the bit), until no bit changes."""
+    code, f = item_code.double().clone(), item_code.numel()
+    for _ in range(max_rounds):
+        star = torch.zeros(f, dtype=torch.float64)
+        for b, r in zip(rater_codes.double(), ratings01.double()):
+            rest = float(b @ code) - b * code  # b_uk̄ᵀd_ik̄ for every k
+            star += (float(r) - 0.5 - rest / (2 * f)) * b / f
+        new = torch.where(star > 1e-12, 1.0, torch.where(star < -1e-12, -1.0, code))
+        if torch.equal(new, code):
+            break
+        code = new
+    return code
+
+
+def test_cold_start_items_are_withheld_and_coded_by_eq21():
+    method, env = make_method(LIGHTFR + ["method.cold_items=0.2", "sim.clients_per_round=0.5",
+                                         "sim.sampling=independent", "method.cold_users=0.1"])
+    cold = torch.nonzero(method.cold_item).squeeze(1)
+    assert cold.numel() == round(0.2 * int((torch.bincount(env.train.items, minlength=env.n_items) > 0).sum()))
+    initial = method.public.item[cold].clone()
+    honest = method.client_step
+
+    def watched(problem):
+        uploads, user, loss = honest(problem)
+        assert not method.cold_item[uploads.row_item].any()  # a cold item's rating never leaves a client
+        return uploads, user, loss
+
+    method.client_step = watched
+    for r in range(4):
+        method.train_round(r)
+    assert torch.equal(method.public.item[cold], initial)  # no upload, the stay term keeps the bits
+    trained_users = method.private.user.clone()
+    method.score_users(torch.arange(3))  # ranking triggers Eq. 21, then Eq. 19
+    for i in cold.tolist():
+        raters, ratings = [], []
+        for u in torch.nonzero(~method.cold & (env.train.sizes() > 0)).squeeze(1).tolist():
+            start, end = env.train.indptr[u], env.train.indptr[u + 1]
+            hit = env.train.items[start:end] == i
+            if hit.any():
+                raters.append(trained_users[u])
+                ratings.append(method.scale(env.train.ratings[start:end][hit])[0])
+        want = eq21_codes(initial[cold.tolist().index(i)], torch.stack(raters), torch.stack(ratings))
+        assert torch.equal(method.public.item[i].double(), want), f"cold item {i}"
+    assert not torch.equal(method.public.item[cold], initial)

@@ -46,7 +46,11 @@ Cold-start clients (§3.3.3, Eq. 18–19): ``cold_users`` > 0 holds that fractio
 of every round (drawn once from the training seed); before ranking, each of them fits its code to
 its own ratings against the final D by the same DCD without regulariser or balance term — Eq. 19's
 bit-excluded residual, i.e. α = 1 per rating and β = 0 in code units — so no existing code is
-retrained. (Cold-start items, Eq. 20–21, are not built.)
+retrained. Cold-start items (Eq. 20–21): ``cold_items`` > 0 withholds that fraction of the rated
+items from every round (their ratings never enter a client step, as for items that arrive after
+training); before ranking, the trained clients that rated one upload Δd^u_ik = (R − s) b_uk + d_ik
+(Eq. 21's bit-excluded residual: α_d = 1, no balance, no stay term) and the server sets the item's
+bits to the sign of their sum, repeated with the new codes until no bit changes (≤ ``max_sweeps``).
 """
 
 from __future__ import annotations
@@ -79,6 +83,7 @@ class LightFRConfig:
     max_sweeps: int = 10  # DCD sweeps over the f bits until no bit changes, at most this many
     item_stay: str = "clients"  # rule=code, grad: the server's stay term c·d_ik (the code) | 2λ|Ω_i^s|·d_ik
     cold_users: float = 0.0  # fraction of clients never trained; they learn codes by Eq. 19 before ranking
+    cold_items: float = 0.0  # fraction of rated items withheld from training; coded by Eq. 21 before ranking
 
     def __post_init__(self) -> None:
         check_positive("balance", self.balance, allow_zero=True)
@@ -89,6 +94,7 @@ class LightFRConfig:
         check(self.item_stay == "clients" or (self.rule == "code" and self.aggregation == "grad"), "item_stay",
               self.item_stay, "clients unless rule=code and aggregation=grad (the only server rule with a stay term)")
         check_fraction("cold_users", self.cold_users)
+        check_fraction("cold_items", self.cold_items)
 
 
 @dataclass(frozen=True)
@@ -191,6 +197,7 @@ class LightFR(FederatedMethod):
                               "and a sign), whichever of the two is set")
         self.round_metrics: dict[str, float] = {}
         self.cold = self.hold_out_cold_clients(config.cold_users)  # [n_users] bool
+        self.cold_item = self.hold_out_cold_items(config.cold_items)  # [n_items] bool
         self.cold_version, self.version = -1, 0
 
     def hold_out_cold_clients(self, fraction: float) -> torch.Tensor:
@@ -210,6 +217,20 @@ class LightFR(FederatedMethod):
                                      env.sim.sampling == "independent")
         return cold
 
+    def hold_out_cold_items(self, fraction: float) -> torch.Tensor:
+        """Draw ``fraction`` of the items with training ratings as cold-start items."""
+        env = self.env
+        cold = torch.zeros(env.n_items, dtype=torch.bool, device=env.device)
+        if fraction == 0:
+            return cold
+        rated = torch.nonzero(torch.bincount(env.train.items, minlength=env.n_items) > 0).squeeze(1)
+        n_cold = round(fraction * rated.numel())
+        check(0 < n_cold < rated.numel(), "method.cold_items", fraction,
+              f"a fraction leaving at least one cold and one training item among {rated.numel()} rated items")
+        order = torch.randperm(rated.numel(), generator=generator(env.sim.seed, "cold_items")).to(rated.device)
+        cold[rated[order[:n_cold]]] = True
+        return cold
+
     def make_server(self, public: PublicParams) -> Server:
         return LightFRServer(public, self.weights, self.config.aggregation)
 
@@ -226,7 +247,7 @@ class LightFR(FederatedMethod):
 
     def client_step(self, problem: LocalProblem) -> tuple[Uploads, torch.Tensor, torch.Tensor]:
         batch, w, config = problem.batch, self.weights, self.config
-        mask = batch.pos_mask  # [B, P]
+        mask = batch.pos_mask & ~self.cold_item[batch.pos]  # [B, P] (cold-start items arrive after training)
         target = self.targets(batch.ratings) * mask  # [B, P]
         items = self.public.item[batch.pos]  # [B, P, f] the downloaded D_t rows of the rated items
         user = self.private.user[batch.users]  # [B, f]
@@ -240,7 +261,7 @@ class LightFR(FederatedMethod):
                 items, score = self.local_item_codes(user, items, target, mask)
         residual = (target - score) * mask  # [B, P] R − s
         f = user.shape[1]
-        loss = (residual / (2 * f)).pow(2).sum(1) / n_rated  # mean (r − sim)² per client
+        loss = (residual / (2 * f)).pow(2).sum(1) / n_rated.clamp_min(1)  # mean (r − sim)² per client
         client, column = mask.nonzero(as_tuple=True)  # [Rw]
         if config.aggregation == "para":
             rows = items[client, column]  # [Rw, f] the updated copies D^u
@@ -274,12 +295,39 @@ class LightFR(FederatedMethod):
                                 self.config.max_sweeps)
         return codes
 
+    @torch.no_grad()
+    def cold_item_codes(self) -> torch.Tensor:
+        """Eq. 20–21 for the cold-start items: their trained raters upload Δd^u_i = (R − s) b_u + d_i
+        with the current d_i, the server takes the sign of the sum; repeated until no bit changes →
+        the items' codes [C, f] (rows of ``torch.nonzero(self.cold_item)``)."""
+        env = self.env
+        users = torch.nonzero(~self.cold & (env.train.sizes() > 0)).squeeze(1)
+        owner, _, items, ratings = env.train.flat(users)
+        keep = self.cold_item[items]
+        raters, items, target = users[owner[keep]], items[keep], self.targets(ratings[keep])  # rows [R]
+        codes = self.public.item.clone()
+        for _ in range(self.config.max_sweeps):
+            user = self.private.user[raters]  # [R, f] each rater's own code (client side)
+            residual = target - (user * codes[items]).sum(1)  # R − s [R]
+            uploads = residual.unsqueeze(1) * user + codes[items]  # Eq. 21's Δd^u_i [R, f]
+            ids, total, _ = sum_by_key(items, uploads, torch.ones_like(residual))
+            new = sign_keep(total, codes[ids])  # the server's step
+            changed = bool((new != codes[ids]).any())
+            codes[ids] = new
+            if not changed:
+                break
+        return codes[self.cold_item]
+
     def prepare_cold_clients(self) -> None:
-        """Before ranking: the cold-start clients compute their codes (once per server version)."""
-        if self.cold_version == self.version or not bool(self.cold.any()):
+        """Before ranking (once per server version): cold-start items get codes from the trained
+        clients' uploads (Eq. 21), then cold-start clients fit theirs to D (Eq. 19)."""
+        if self.cold_version == self.version:
             return
-        users = torch.nonzero(self.cold).squeeze(1)
-        self.private.user[users] = self.cold_start_codes(users)
+        if bool(self.cold_item.any()):
+            self.public.item[self.cold_item] = self.cold_item_codes()
+        if bool(self.cold.any()):
+            users = torch.nonzero(self.cold).squeeze(1)
+            self.private.user[users] = self.cold_start_codes(users)
         self.cold_version = self.version
 
     def score_users(self, users, history=()):

@@ -56,11 +56,12 @@ def test_lightfr_costs_count_the_exchanged_bytes(tmp_path):
     assert "lightfr_share_storage" in (tmp_path / "costs-filmtrust.md").read_text()
 
 
-def test_lightfr_cold_start_clients_beat_their_random_codes():
-    result = script("lightfr_cold_start.py", "--setup", "lightfr/filmtrust", "--cold", "0.2", "--seeds", "1",
-                    "--rounds", "10")
+@pytest.mark.parametrize("kind,rule", [("clients", "Eq. 19"), ("items", "Eq. 21")])
+def test_lightfr_cold_start_codes_beat_random_codes(kind, rule):
+    result = script("lightfr_cold_start.py", "--setup", "lightfr/filmtrust", "--kind", kind, "--cold", "0.2",
+                    "--seeds", "1", "--rounds", "10")
     assert result.returncode == 0, result.stderr[-3000:]
     rows = {line.split("|")[1].strip(): float(line.split("|")[2].split("±")[0])
-            for line in result.stdout.splitlines() if line.startswith("| cold") or line.startswith("| trained")}
-    assert set(rows) == {"cold, Eq. 19 codes", "cold, random codes", "trained clients"}
-    assert rows["cold, Eq. 19 codes"] > rows["cold, random codes"] + 0.2  # HR@10
+            for line in result.stdout.splitlines() if line.startswith(("| cold", "| trained"))}
+    assert set(rows) == {f"cold {kind}, {rule} codes", f"cold {kind}, random codes", f"trained {kind}"}
+    assert rows[f"cold {kind}, {rule} codes"] > rows[f"cold {kind}, random codes"] + 0.1  # HR@10
