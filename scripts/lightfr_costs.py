@@ -4,11 +4,14 @@ tensors the methods actually exchange, beside the paper's formulas.
 For each federated row of ``lightfr/table5`` the method is built on the chosen data setup (Ciao
 by default: the paper's Fig. 3) and trains one round; the round's mean bytes up / down per
 client are what the method accounts for its real uploads and downloads (float32 rows with int32
-ids, packed sign codes, Paillier ciphertexts, dense FCF matrices). Storage is the client's copy
-of the model it ranks with (its user vector + the item table as it holds it). Inference is one
-client ranking the catalogue for its top k: matmul + topk for real-valued rows, Faiss's binary
-index for LightFR; FedMF must first decrypt the item matrix it downloads, timed per value with
-the row's key and multiplied by m·f (decrypting 3.4 M values literally would take an hour).
+ids, packed sign codes, Paillier ciphertexts, dense FCF matrices, MetaMF's generated model); a
+round of FedRec and PrivRec moves only the rows a client trains on, so ranking on the device
+needs the whole item table once more (the storage column). Storage is the client's copy of the
+model it ranks with (its user vector + the item table as it holds it; MetaMF: A_u, B_u and its
+RP layers). Inference is one client ranking the catalogue for its top k: matmul + topk for
+real-valued rows (MetaMF: A_u B_u and its MLP; no index applies), Faiss's binary index for
+LightFR; FedMF must first decrypt the item matrix it downloads, timed per value with the row's
+key and multiplied by m·f (decrypting 3.4 M values literally would take an hour).
 
     python scripts/lightfr_costs.py [--setup lightfr/ciao] [--out docs/reproductions/lightfr]
 """
@@ -33,10 +36,11 @@ from fedrun.cli import compose  # noqa: E402
 from fedrun.method.base import Method  # noqa: E402
 from fedrun.method.fedmf import FedMF  # noqa: E402
 from fedrun.method.lightfr import LightFR  # noqa: E402
+from fedrun.method.metamf import MetaMF, generate, head, predict  # noqa: E402
 from fedrun.retrieval.hamming import pack_codes, top_k_hamming  # noqa: E402
 from fedrun.sim.env import RunEnv  # noqa: E402
 
-ROWS = ("fcf", "fedmf", "fedrec", "lightfr")
+ROWS = ("fcf", "fedmf", "fedrec", "metamf", "privrec", "lightfr")
 
 
 def build_method(setup: str, row: str) -> Method:
@@ -64,6 +68,8 @@ def storage_bytes(method: Method) -> float:
     item = method.public.item
     if isinstance(method, LightFR):  # packed sign codes
         return (item.shape[0] + 1) * method.env.backbone.code_bytes()
+    if isinstance(method, MetaMF):  # its generated model: A_u, B_u and the RP layers (float32)
+        return 4.0 * method.model_floats()
     return (item.shape[0] + 1) * item.shape[1] * item.element_size()  # FedMF: V after decryption
 
 
@@ -74,6 +80,12 @@ def inference_ms(method: Method, k: int = 10) -> tuple[float, float, float]:
     import numpy as np
 
     item, user = method.public.item, method.private.user[:1]
+    if isinstance(method, MetaMF):  # U_u = A_u B_u, then the RP MLP over the catalogue; no index applies
+        dim, s, m = method.env.backbone.config.dim, method.config.item_factors, method.env.n_items
+        with torch.no_grad():
+            model = generate(method.public.net, torch.tensor([0]), dim, s)
+            left = head(method.public.net, "items.left", model["h_items"]).view(1, m, s)
+        return median_ms(lambda: predict(model, left).topk(k, dim=1)), float("nan"), 0.0
     if isinstance(method, LightFR):
         codes, query = pack_codes(item), pack_codes(user)
         index = faiss.IndexBinaryFlat(item.shape[1])
@@ -102,6 +114,9 @@ def paper_formulas(method: Method, row: str, rated: float) -> tuple[float, float
     m, f = method.env.n_items, method.env.backbone.config.dim
     if row == "lightfr":
         return (1 + m) * f, (rated + m) * f
+    if row == "metamf":  # L = 2 layers, h = 8 hidden units, s = 8 [Table 4]
+        layers, hidden, s = 2, 8, 8
+        return (m + layers * hidden) * f * 8, (m * f + 2 * layers * hidden + f * s + s * m) * 8
     bits = 1024 if row == "fedmf" else 64
     sent = rated * (1 + method.config.rho) if row == "fedrec" else rated
     return (1 + m) * f * bits / 8, (sent + m) * f * bits / 8
@@ -131,7 +146,7 @@ def markdown(rows: list[dict[str, float]]) -> str:
         if key.startswith("lightfr_share"):
             return f"{value:.1%}"
         if key.endswith("_ms"):
-            return f"{value:,.3g}" if value < 1000 else f"{value:,.0f}"
+            return "–" if value != value else f"{value:,.3g}" if value < 1000 else f"{value:,.0f}"
         return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.1f}"
 
     header = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
