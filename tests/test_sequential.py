@@ -143,7 +143,7 @@ def test_recent_history_concatenates_stores_and_keeps_the_last_items():
     assert [items[u][mask[u]].tolist() for u in range(2)] == [[2, 3], [6, 7]]
 
 
-def direct_sequence_loss(method, problem, b, net, semi_items):
+def direct_sequence_loss(method, problem, b, net, semi_items, past_only=False):
     """Eq. 1 for client b from item ids: one client alone, position by position."""
     backbone, item = method.env.backbone, method.public.item
     batch = problem.batch
@@ -159,17 +159,18 @@ def direct_sequence_loss(method, problem, b, net, semi_items):
     for j in range(n):
         if not view.target[0, j]:
             continue
-        others = [int(seq[k]) for k in range(n) if int(seq[k]) != int(seq[j])]
+        others = [int(seq[k]) for k in range(j if past_only else n) if int(seq[k]) != int(seq[j])]
         candidates = [int(seq[j]), *local[j], *semi, *others]
         scores = item[torch.tensor(candidates)] @ queries[j]
         total, count = total + (torch.logsumexp(scores, 0) - scores[0]), count + 1
     return total / max(count, 1)
 
 
+@pytest.mark.parametrize("scope", ["all", "past"])
 @pytest.mark.parametrize("backbone", ["gru4rec", "bert4rec"])
-def test_sequence_mixup_loss_equals_a_direct_per_client_computation(backbone):
+def test_sequence_mixup_loss_equals_a_direct_per_client_computation(backbone, scope):
     method, env = make_method(["method=fedcl", f"backbone={backbone}", "privacy=ldp", "method.n_clusters=3",
-                               "method.semi_hard=5", *SEQ])
+                               "method.semi_hard=5", f"method.in_batch_scope={scope}", *SEQ])
     assert method.in_batch
     users = method.sampler.users(0)
     server = method.hard_server
@@ -182,7 +183,7 @@ def test_sequence_mixup_loss_equals_a_direct_per_client_computation(backbone):
                                    method.public.item[problem.items], method.public.net)
         for b in range(problem.batch.size):
             expected = direct_sequence_loss(method, problem, b, method.public.net,
-                                            hard_of[int(problem.batch.users[b])])
+                                            hard_of[int(problem.batch.users[b])], past_only=scope == "past")
             assert float(losses[b]) == pytest.approx(float(expected), rel=1e-4)
             checked += 1
     assert checked == users.numel()

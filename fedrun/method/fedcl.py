@@ -28,7 +28,10 @@ Choices where the paper is open (each a config field, logged with the run):
     ``local_negatives`` (10) of them drawn with replacement, redrawn every round.
   - In-batch negatives need a user representation that differs per positive (§3.2: not
     usable with ID-based user models); ``in_batch=auto`` turns them on only for sequential
-    backbones.
+    backbones. §3.2 takes every other item of the client's sequence; for next-item prediction the
+    items after the target are the user's own future positives, so ``in_batch_scope=past`` keeps
+    only the items before the target position (not in the paper: the reading under which in-batch
+    negatives cannot contradict the next-item task; docs/reproductions/fedcl.md).
   - Semi-hard negatives that are the client's own positives are dropped from its softmax
     (the client knows its data; the server does not): ``exclude_positives``.
   - Server cache, clustering schedule, Ward on many points: see ``hard_negatives``.
@@ -63,6 +66,7 @@ class FedCLConfig(HardNegativeConfig):
     local_store: int = 100  # simulated local negative store per client
     local_negatives: int = 10  # local negatives per positive, drawn from the store
     in_batch: str = "auto"  # auto (sequential backbones only) | on | off
+    in_batch_scope: str = "all"  # all: the client's other items (§3.2) | past: only those before the target
     exclude_positives: bool = True  # drop semi-hard negatives that are the client's own positives
 
     def __post_init__(self) -> None:
@@ -72,6 +76,7 @@ class FedCLConfig(HardNegativeConfig):
         check(self.local_negatives == 0 or self.local_store >= 1, "local_store", self.local_store,
               "an integer >= 1 when local_negatives > 0")
         check_choice("in_batch", self.in_batch, ("auto", "on", "off"))
+        check_choice("in_batch_scope", self.in_batch_scope, ("all", "past"))
 
 
 def mixup_loss(pos: torch.Tensor, mask: torch.Tensor, local: torch.Tensor | None, semi: torch.Tensor | None,
@@ -259,6 +264,8 @@ class FedCL(FederatedMethod):
         if self.in_batch:
             slot, mask = problem.pos_slot, problem.batch.pos_mask
             others = mask.unsqueeze(1) & (slot.unsqueeze(2) != slot.unsqueeze(1))  # not j's own item, not padding
+            if self.config.in_batch_scope == "past":  # [P, P]: k < p, the items seen before target p
+                others = others & torch.ones(P, P, dtype=torch.bool, device=slot.device).tril(-1)
             in_batch = torch.einsum("bpd,bkd->bpk", queries, rows).masked_fill(~others, float("-inf"))
         return mixup_loss(pos, problem.sequence.target, local, semi, self.semi_valid(problem), in_batch)
 
