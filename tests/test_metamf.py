@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fedrun.errors import ConfigError
-from fedrun.method.metamf import generate, head, predict
+from fedrun.method.metamf import generate, head, left_rows, predict
 from fedrun.sim.guards import UploadError
 from fedrun.types import RoundContext, Uploads
 from tests.conftest import make_method
@@ -106,3 +106,20 @@ def test_server_phase_sees_uploads_only():
 def test_bad_settings_are_named(override, field):
     with pytest.raises(ConfigError, match=field):
         make_method(METAMF + override)
+
+
+def test_dense_and_gathered_row_generation_agree_in_value_and_gradient():
+    method, env = make_method(METAMF)
+    net = {name: t.detach().clone().requires_grad_(True) for name, t in method.public.net.items()}
+    gen = generate(net, torch.tensor([4, 1, 9]), 8, 3)
+    owner = torch.tensor([2, 0, 0, 1, 2, 1, 0])  # unsorted, repeated owners
+    items = torch.tensor([5, 1, 7, 5, 0, env.n_items - 1, 3])
+    results = []
+    for dense in (True, False):
+        rows = left_rows(net, gen["h_items"], owner, items, 3, chunk=2, dense=dense)
+        grads = torch.autograd.grad(rows.pow(2).sum(), [net["items.left.w"], net["user_embedding"]],
+                                    retain_graph=True)
+        results.append((rows.detach(), grads))
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-5, atol=1e-6)
+    for a, b in zip(results[0][1], results[1][1]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

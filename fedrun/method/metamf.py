@@ -13,8 +13,9 @@ of its rated items, B_u, W_1, b_1, W_2, b_2 — and the server back-propagates e
 through the generator at that client's c_u (the uploads are per client: the generator's Jacobian
 depends on c_u), averages over the round's clients and steps Adam on the meta network.
 
-Vectorized: the round's clients are one batch through the generator; only the rated rows of A_u
-are generated for training (A_u[i] = W_A[i] h_A + b_A[i] needs column block i of W_A alone), the
+Vectorized: the round's clients are one batch through the generator; for training only the rated
+rows of A_u matter, generated either with whole-A_u matmuls over chunks of clients or, on large
+catalogues, from the gathered weight blocks of those rows (A_u[i] = W_A[i] h_A + b_A[i]); the
 whole catalogue in chunks for ranking. Traffic: the client downloads A_u, B_u and the RP model
 ((m·s + s·f + f·h + h + h + 1) float32) and uploads the same shapes' gradients for its rated rows.
 
@@ -50,6 +51,7 @@ from fedrun.sim.server_opt import ServerOptimizerConfig
 from fedrun.types import Aggregate, RoundContext, Uploads
 
 RECEIVED = ("right", "w1", "b1", "w2", "b2")  # what a client receives besides A_u's rows (dense, per client)
+DENSE_RATIO = 64  # generate whole A_u when B·m ≤ this × the rows wanted (BLAS matmul vs gathered blocks)
 
 
 @dataclass
@@ -111,9 +113,30 @@ def generate(net: dict[str, torch.Tensor], users: torch.Tensor, dim: int, s: int
 
 
 def left_rows(net: dict[str, torch.Tensor], h_items: torch.Tensor, owner: torch.Tensor, items: torch.Tensor,
-              s: int, chunk: int) -> torch.Tensor:
-    """Rows A_u[i] = W_A[i] h_u + b_A[i] for pairs (owner r → row of h_items, item i) → [R, s]."""
-    weight = net["items.left.w"].view(-1, s, h_items.shape[1])  # [m, s, H]
+              s: int, chunk: int, dense: bool | None = None) -> torch.Tensor:
+    """Rows A_u[i] = W_A[i] h_u + b_A[i] for pairs (owner r → row of h_items, item i) → [R, s].
+
+    Two exact ways: generate each owner's whole A_u with one matmul and pick its rows (``dense``;
+    BLAS-fast, B·m·s floats), or gather W_A's [s, H] block of every pair (R·s·H floats moved, no
+    waste when the catalogue is large and few rows are wanted). ``None`` picks the cheaper one:
+    dense when B·m ≤ 64·R, i.e. owners have rated more than 1/64 of the catalogue on average."""
+    H, m = h_items.shape[1], net["items.left.b"].numel() // s
+    if dense is None:
+        dense = h_items.shape[0] * m <= DENSE_RATIO * items.numel()
+    if dense:
+        per = max(1, chunk * H // (m * s))  # owners per piece: chunk·H floats, as a gather piece
+        order = torch.argsort(owner, stable=True)
+        sorted_owner = owner[order]
+        starts = torch.arange(0, h_items.shape[0] + per, per, device=owner.device)
+        bounds = torch.searchsorted(sorted_owner, starts).tolist()
+        pieces = []
+        for k, lo in enumerate(range(0, h_items.shape[0], per)):
+            a, b = bounds[k], bounds[k + 1]
+            whole = head(net, "items.left", h_items[lo:lo + per]).view(-1, m, s)  # [per, m, s]
+            pieces.append(whole[sorted_owner[a:b] - lo, items[order[a:b]]])
+        rows = torch.cat(pieces) if pieces else h_items.new_zeros(0, s)
+        return rows[torch.argsort(order)]  # back to the pairs' order
+    weight = net["items.left.w"].view(-1, s, H)  # [m, s, H]
     bias = net["items.left.b"].view(-1, s)  # [m, s]
     parts = [torch.einsum("rsh,rh->rs", weight[items[lo:lo + chunk]], h_items[owner[lo:lo + chunk]])
              for lo in range(0, items.numel(), chunk)]
