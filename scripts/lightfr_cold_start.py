@@ -48,7 +48,7 @@ def measure(setup: str, kind: str, cold: float, seed: int, rounds: int | None) -
     is_cold = flags[test.user if kind == "clients" else test.item]  # [N] test rows of cold clients / items
     on_cold, on_warm = restricted(built.evaluator, is_cold), restricted(built.evaluator, ~is_cold)
     random_codes = copy.deepcopy(method)
-    random_codes.cold_version = random_codes.version  # skip Eq. 19 / 21: rank with the initial random codes
+    random_codes.prepared_for = random_codes.server_steps  # skip Eq. 19 / 21: rank with the initial random codes
     rule = "Eq. 19" if kind == "clients" else "Eq. 21"
     return {f"cold {kind}, {rule} codes": on_cold.evaluate(method, "test"),
             f"cold {kind}, random codes": on_cold.evaluate(random_codes, "test"),

@@ -101,7 +101,7 @@ def test_server_phase_sees_uploads_only():
     (["backbone.dim=6"], "backbone.dim"),
     (["method.item_factors=0"], "method.item_factors"),
     (["backbone=mf", "dataset.ratings=false"], "backbone"),
-    (["privacy=ldp", "privacy.targets=[item_rows]"], "method"),
+    (["privacy=ldp", "privacy.targets=[item_rows]"], "privacy"),
 ])
 def test_bad_settings_are_named(override, field):
     with pytest.raises(ConfigError, match=field):

@@ -9,6 +9,7 @@ import torch
 
 from fedrun.errors import ConfigError
 from fedrun.method.privrec import USER_INIT, clip_clients
+from fedrun.sim.batching import local_problem
 from fedrun.types import RoundContext, Uploads
 from tests.conftest import make_method
 from tests.test_privacy_boundary import server_phase_calls
@@ -107,16 +108,23 @@ def test_without_noise_the_server_applies_the_mean_clipped_update():
 
 def test_clients_adapt_before_ranking_and_learn_without_noise():
     method, env = make_method(PRIVREC + ["method.noise=0", "method.optimizer.lr=0.3", "sim.clients_per_round=all"])
-    before = method.private.user.clone()
     losses = [method.train_round(r).loss for r in range(15)]
     assert losses[-1] < 0.5 * losses[0]
+    prepared = []
+    adapt_all = method.prepare_ranking
+    method.prepare_ranking = lambda: (prepared.append(method.server_steps), adapt_all())
+    with torch.no_grad():
+        method.private.user.zero_()  # whatever the rounds left on the clients
     users = env.clients_with_data()
     scores = method.score_pairs(users, torch.zeros_like(users))
-    assert not torch.equal(method.private.user[users], before[users])  # every client adapted θ
+    problem = local_problem(env.train.client_batch(users[:5]), None, env.n_items)
+    torch.testing.assert_close(method.private.user[users[:5]], method.adapt(problem).user)  # k steps from θ
     assert torch.isfinite(scores).all()
-    adapted = method.private.user.clone()
     method.score_users(users)
-    assert torch.equal(method.private.user, adapted)  # adapted once per server version
+    assert prepared == [15]  # once per server step, not once per scoring call
+    method.train_round(15)
+    method.score_users(users[:3])
+    assert prepared == [15, 16]
 
 
 @pytest.mark.parametrize("override,field", [

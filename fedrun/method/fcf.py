@@ -34,8 +34,6 @@ import torch
 
 from fedrun.backbone.base import PublicParams
 from fedrun.backbone.pmf import PMF
-from fedrun.defense.mean import Mean
-from fedrun.defense.sum import Sum
 from fedrun.errors import ConfigError, check_positive
 from fedrun.method.federated import FastRound, FederatedMethod
 from fedrun.method.rating_scale import RatingScale
@@ -85,14 +83,8 @@ class FCF(FederatedMethod):
                               "backbone=pmf for method=fcf (inner-product MF fitted by a weighted squared loss)")
         self.scale = RatingScale.of_training(env, "fcf") if env.split.train.rating is not None else None
         super().__init__(config, env, **components)
-        exact_sum = "for method=fcf: its server sums the clients' dense gradients (Eq. 7), computed exactly " \
-                    "without materialising them"
-        for group, component, ok in (("privacy", self.privacy, not self.privacy.transforms_uploads),
-                                     ("attack", self.attack, not self.attack.injects),
-                                     ("defense", self.defense, isinstance(self.defense, (Sum, Mean)))):
-            if not ok:
-                raise ConfigError(group, type(component).__name__,
-                                  f"privacy=none, attack=none, defense=mean or sum {exact_sum}")
+        self.require_exact_sum("fcf: its server sums the clients' dense gradients (Eq. 7), computed exactly "
+                               "without materialising them")
 
     def make_server(self, public: PublicParams) -> Server:
         return FCFServer(public, self.config.server_optimizer, self.env.backbone.config.l2)

@@ -24,6 +24,8 @@ from fedrun.backbone.sequential import score_pairs, user_queries
 from fedrun.data.client_store import ClientStore
 from fedrun.data.negatives import sample_batch_negatives
 from fedrun.defense.base import Defense
+from fedrun.defense.mean import Mean
+from fedrun.defense.sum import Sum
 from fedrun.errors import ConfigError
 from fedrun.method.base import Method, RoundStats
 from fedrun.method.server import Server
@@ -79,6 +81,8 @@ class FederatedMethod(Method):
         clients = env.clients_with_data()
         self.sampler = ClientSampler(clients, env.sim.round_size(clients.numel()), env.sim.seed,
                                      env.sim.sampling == "independent")
+        self.server_steps = 0  # server steps taken (the version of the public model)
+        self.prepared_for: int | None = None  # the server step prepare_ranking last ran for
 
     @property
     def public(self) -> PublicParams:
@@ -93,6 +97,28 @@ class FederatedMethod(Method):
 
     def make_server(self, public: PublicParams) -> Server:
         raise NotImplementedError
+
+    def require_exact_sum(self, reason: str, attack: bool = True) -> None:
+        """A named error unless the uploads reach the server as the clients computed them (privacy
+        none; attack none, when ``attack``) and the defense is a plain sum or mean — for methods whose
+        server rule needs exactly that (``reason`` completes the message)."""
+        checks = [("privacy", self.privacy, not self.privacy.transforms_uploads),
+                  ("defense", self.defense, isinstance(self.defense, (Sum, Mean)))]
+        if attack:
+            checks.append(("attack", self.attack, not self.attack.injects))
+        for group, component, ok in checks:
+            if not ok:
+                allowed = "privacy=none, " + ("attack=none, " if attack else "") + "defense=mean or sum"
+                raise ConfigError(group, type(component).__name__, f"{allowed} for method={reason}")
+
+    def prepare_ranking(self) -> None:
+        """Client-side work before ranking with the current public model (cold-start codes, fast
+        adaptation); run once per server step by the scoring methods. None by default."""
+
+    def ensure_prepared(self) -> None:
+        if self.prepared_for != self.server_steps:
+            self.prepare_ranking()
+            self.prepared_for = self.server_steps
 
     def upload_schema(self) -> UploadSchema:
         """The fields a client may upload (checked every round): deltas of the public item rows and
@@ -174,6 +200,7 @@ class FederatedMethod(Method):
             aggregate = self.aggregate(uploads, senders, ctx)
         check_finite(aggregate.item_delta, f"the aggregate (defense={type(self.defense).__name__})", round_index)
         self.server.step(aggregate, ctx)
+        self.server_steps += 1
         return RoundStats(float(losses.mean()), ctx.n_clients, bytes_up + exchange.bytes_up,
                           self.download_bytes(rows) + exchange.bytes_down, exchange.metrics)
 
@@ -213,6 +240,7 @@ class FederatedMethod(Method):
         with torch.no_grad():
             self.private.user.copy_(state["private_user"])
         self.server.load_state_dict(state["server"])
+        self.prepared_for = None
 
     # -- evaluation (each client scores with its private row and the public model) --------
     @torch.no_grad()
@@ -223,10 +251,12 @@ class FederatedMethod(Method):
 
     @torch.no_grad()
     def score_users(self, users: torch.Tensor, history: Sequence[ClientStore] = ()) -> torch.Tensor:
+        self.ensure_prepared()
         return self.env.backbone.score_full(self.user_queries(users, history), self.public.item, self.public.net)
 
     @torch.no_grad()
     def score_pairs(self, users: torch.Tensor, items: torch.Tensor,
                     history: Sequence[ClientStore] = ()) -> torch.Tensor:
+        self.ensure_prepared()
         return score_pairs(self.env.backbone, self.private.user, history, users, items, self.public.item,
                            self.public.net)

@@ -31,9 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedrun.defense.mean import Mean
-from fedrun.defense.sum import Sum
-from fedrun.errors import ConfigError, check, check_choice
+from fedrun.errors import check, check_choice
 from fedrun.method.base import RoundStats
 from fedrun.method.fedrec import FedRec, FedRecConfig
 from fedrun.privacy.paillier import PaillierKeys, ciphertext_bytes, server_sum
@@ -63,13 +61,8 @@ class FedMF(FedRec):
 
     def __init__(self, config: FedMFConfig, env, **components):
         super().__init__(config, env, **components)
-        if not isinstance(self.defense, (Sum, Mean)):
-            raise ConfigError("defense", type(self.defense).__name__,
-                              "defense=mean or sum for method=fedmf: its server adds ciphertexts (a sum), "
-                              "whichever of the two is set")
-        if self.privacy.transforms_uploads:
-            raise ConfigError("privacy", type(self.privacy).__name__,
-                              "privacy=none for method=fedmf: its protection is the encryption")
+        self.require_exact_sum("fedmf: its server adds ciphertexts (a sum) and its protection is the encryption",
+                               attack=False)
         self.keys = PaillierKeys(config.key_length)  # held by the clients
         self.encryption_seconds = self.keys.seconds_per_encryption()
 

@@ -61,8 +61,6 @@ import torch
 
 from fedrun.backbone.base import PublicParams
 from fedrun.backbone.binary_mf import BinaryMF
-from fedrun.defense.mean import Mean
-from fedrun.defense.sum import Sum
 from fedrun.errors import ConfigError, check, check_choice, check_fraction, check_positive
 from fedrun.method.base import RoundStats
 from fedrun.method.federated import FederatedMethod
@@ -151,6 +149,20 @@ def dcd_codes(codes: torch.Tensor, partners: torch.Tensor, target: torch.Tensor,
     return codes, score, sweeps
 
 
+def held_out(candidates: torch.Tensor, size: int, fraction: float, seed: int, name: str, what: str) -> torch.Tensor:
+    """A seeded draw of round(fraction · |candidates|) of the ids ``candidates`` → mask [size] (all
+    False for fraction 0); a fraction leaving none held out or none in training is named."""
+    held = torch.zeros(size, dtype=torch.bool, device=candidates.device)
+    if fraction == 0:
+        return held
+    n_held = round(fraction * candidates.numel())
+    check(0 < n_held < candidates.numel(), f"method.{name}", fraction,
+          f"a fraction leaving at least one cold and one training id among {candidates.numel()} {what}")
+    order = torch.randperm(candidates.numel(), generator=generator(seed, name)).to(candidates.device)
+    held[candidates[order[:n_held]]] = True
+    return held
+
+
 class LightFRServer(Server):
     """Holds the item codes D and applies Eq. 16 (grad) or Eq. 17 (para) to aggregates."""
 
@@ -188,48 +200,17 @@ class LightFR(FederatedMethod):
         self.weights = DCDWeights.of(config.rule, config.balance, env.backbone.config.dim, config.aggregation,
                                      config.item_stay)
         super().__init__(config, env, **components)
-        if self.privacy.transforms_uploads:
-            raise ConfigError("privacy", type(self.privacy).__name__,
-                              "privacy=none for method=lightfr: its uploads are signs and sign counts")
-        if not isinstance(self.defense, (Sum, Mean)):
-            raise ConfigError("defense", type(self.defense).__name__,
-                              "defense=mean or sum for method=lightfr: its server rule is Eq. 16/17 (a sum "
-                              "and a sign), whichever of the two is set")
+        self.require_exact_sum("lightfr: its uploads are signs and its server rule is Eq. 16/17 (a sum and a "
+                               "sign)", attack=False)
         self.round_metrics: dict[str, float] = {}
-        self.cold = self.hold_out_cold_clients(config.cold_users)  # [n_users] bool
-        self.cold_item = self.hold_out_cold_items(config.cold_items)  # [n_items] bool
-        self.cold_version, self.version = -1, 0
-
-    def hold_out_cold_clients(self, fraction: float) -> torch.Tensor:
-        """Draw ``fraction`` of the clients with data as cold-start clients and sample rounds from the rest."""
-        env = self.env
-        cold = torch.zeros(env.n_users, dtype=torch.bool, device=env.device)
-        if fraction == 0:
-            return cold
         clients = env.clients_with_data()
-        order = torch.randperm(clients.numel(), generator=generator(env.sim.seed, "cold_users")).to(clients.device)
-        n_cold = round(fraction * clients.numel())
-        check(0 < n_cold < clients.numel(), "method.cold_users", fraction,
-              f"a fraction leaving at least one cold and one training client among {clients.numel()}")
-        cold[clients[order[:n_cold]]] = True
-        warm = clients[order[n_cold:]].sort().values
-        self.sampler = ClientSampler(warm, env.sim.round_size(warm.numel()), env.sim.seed,
-                                     env.sim.sampling == "independent")
-        return cold
-
-    def hold_out_cold_items(self, fraction: float) -> torch.Tensor:
-        """Draw ``fraction`` of the items with training ratings as cold-start items."""
-        env = self.env
-        cold = torch.zeros(env.n_items, dtype=torch.bool, device=env.device)
-        if fraction == 0:
-            return cold
         rated = torch.nonzero(torch.bincount(env.train.items, minlength=env.n_items) > 0).squeeze(1)
-        n_cold = round(fraction * rated.numel())
-        check(0 < n_cold < rated.numel(), "method.cold_items", fraction,
-              f"a fraction leaving at least one cold and one training item among {rated.numel()} rated items")
-        order = torch.randperm(rated.numel(), generator=generator(env.sim.seed, "cold_items")).to(rated.device)
-        cold[rated[order[:n_cold]]] = True
-        return cold
+        self.cold = held_out(clients, env.n_users, config.cold_users, env.sim.seed, "cold_users", "clients")
+        self.cold_item = held_out(rated, env.n_items, config.cold_items, env.sim.seed, "cold_items", "rated items")
+        if bool(self.cold.any()):  # rounds sample the other clients only
+            warm = clients[~self.cold[clients]]
+            self.sampler = ClientSampler(warm, env.sim.round_size(warm.numel()), env.sim.seed,
+                                         env.sim.sampling == "independent")
 
     def make_server(self, public: PublicParams) -> Server:
         return LightFRServer(public, self.weights, self.config.aggregation)
@@ -318,25 +299,14 @@ class LightFR(FederatedMethod):
                 break
         return codes[self.cold_item]
 
-    def prepare_cold_clients(self) -> None:
-        """Before ranking (once per server version): cold-start items get codes from the trained
-        clients' uploads (Eq. 21), then cold-start clients fit theirs to D (Eq. 19)."""
-        if self.cold_version == self.version:
-            return
+    def prepare_ranking(self) -> None:
+        """Before ranking: cold-start items get codes from the trained clients' uploads (Eq. 21),
+        then cold-start clients fit theirs to D (Eq. 19)."""
         if bool(self.cold_item.any()):
             self.public.item[self.cold_item] = self.cold_item_codes()
         if bool(self.cold.any()):
             users = torch.nonzero(self.cold).squeeze(1)
             self.private.user[users] = self.cold_start_codes(users)
-        self.cold_version = self.version
-
-    def score_users(self, users, history=()):
-        self.prepare_cold_clients()
-        return super().score_users(users, history)
-
-    def score_pairs(self, users, items, history=()):
-        self.prepare_cold_clients()
-        return super().score_pairs(users, items, history)
 
     # -- server side -----------------------------------------------------------------------
     def aggregate(self, uploads: Uploads, users: torch.Tensor, ctx: RoundContext) -> Aggregate:
@@ -357,14 +327,9 @@ class LightFR(FederatedMethod):
         """A client downloads the whole packed item matrix D (it ranks the catalogue on device)."""
         return float(self.env.n_items * self.env.backbone.code_bytes())
 
-    def load_state_dict(self, state) -> None:
-        super().load_state_dict(state)
-        self.cold_version = -1
-
     def train_round(self, round_index: int) -> RoundStats:
         self.round_metrics = {}
         stats = super().train_round(round_index)
         stats.bytes_up = self.round_metrics.pop("comm_bytes_up", stats.bytes_up)
         stats.extra.update(self.round_metrics, item_bits_flipped=self.server.flipped)
-        self.version += 1
         return stats

@@ -38,9 +38,7 @@ import torch.nn.functional as F
 
 from fedrun.backbone.base import PublicParams
 from fedrun.data.client_store import ClientStore
-from fedrun.defense.mean import Mean
-from fedrun.defense.sum import Sum
-from fedrun.errors import ConfigError, check
+from fedrun.errors import check
 from fedrun.method.federated import FederatedMethod
 from fedrun.method.rating_scale import require_rating_model
 from fedrun.method.server import OptimizerServer, Server
@@ -157,15 +155,11 @@ class MetaMF(FederatedMethod):
         require_rating_model(env, "metamf")
         check(env.backbone.config.dim % 4 == 0, "backbone.dim", env.backbone.config.dim,
               "a multiple of 4 for method=metamf (its RP model has f/4 hidden units)")
-        self.meta_config = config
         super().__init__(config, env, **components)
-        if not isinstance(self.defense, (Sum, Mean)) or self.privacy.transforms_uploads or \
-                type(self.attack).__name__ != "NoAttack":
-            raise ConfigError("method", "metamf", "privacy=none, attack=none and defense=mean for method=metamf: "
-                                                  "its server back-propagates each client's gradient as sent")
+        self.require_exact_sum("metamf: its server back-propagates each client's gradient as sent")
 
     def make_server(self, public: PublicParams) -> Server:
-        env, config = self.env, self.meta_config
+        env, config = self.env, self.config
         net = init_meta_network(env.n_users, env.n_items, env.backbone.config.dim, config,
                                 generator(env.sim.seed, "metamf_init"))
         public.net.update({name: tensor.to(public.item) for name, tensor in net.items()})
@@ -174,7 +168,7 @@ class MetaMF(FederatedMethod):
 
     def upload_schema(self) -> UploadSchema:
         """Gradients of what the client received: A_u rows [s] and its B_u and RP model (per client)."""
-        f, s = self.env.backbone.config.dim, self.meta_config.item_factors
+        f, s = self.env.backbone.config.dim, self.config.item_factors
         h = f // 4
         return UploadSchema((s,), {"right": (s, f), "w1": (f, h), "b1": (h,), "w2": (h, 1), "b2": (1,)})
 
@@ -182,12 +176,12 @@ class MetaMF(FederatedMethod):
     def received(self, users: torch.Tensor, pos: torch.Tensor, pos_mask: torch.Tensor) -> dict[str, torch.Tensor]:
         """What the server sends clients ``users`` [B] (generated from their c_u), as the clients' own
         trainable copies; A_u only on the rated rows pos [B, P] (the others get no gradient)."""
-        dim, s = self.env.backbone.config.dim, self.meta_config.item_factors
+        dim, s = self.env.backbone.config.dim, self.config.item_factors
         with torch.no_grad():
             gen = generate(self.public.net, users, dim, s)
             owner = torch.arange(users.numel(), device=users.device).unsqueeze(1).expand_as(pos)
             rows = left_rows(self.public.net, gen["h_items"], owner.reshape(-1), pos.reshape(-1), s,
-                             self.meta_config.chunk_rows).view(*pos.shape, s)
+                             self.config.chunk_rows).view(*pos.shape, s)
         out = {name: gen[name].detach().clone().requires_grad_(True) for name in RECEIVED}
         out["left"] = rows.clone().requires_grad_(True)  # [B, P, s]
         return out
@@ -209,12 +203,12 @@ class MetaMF(FederatedMethod):
         """Σ_u J_u(θ)ᵀ g_u over the round's clients (g_u their uploaded gradients), divided by B, as
         descent directions for the server optimizer."""
         net = self.public.net
-        dim, s = self.env.backbone.config.dim, self.meta_config.item_factors
+        dim, s = self.env.backbone.config.dim, self.config.item_factors
         params = {name: tensor.detach().requires_grad_(True) for name, tensor in net.items()}
         with torch.enable_grad():
             gen = generate(params, users, dim, s)
             rows = left_rows(params, gen["h_items"], uploads.row_client, uploads.row_item, s,
-                             self.meta_config.chunk_rows)
+                             self.config.chunk_rows)
             outputs = [gen[name] for name in RECEIVED] + [rows]
             upstream = [uploads.dense[name] for name in RECEIVED] + [uploads.row_delta]
             grads = torch.autograd.grad(outputs, list(params.values()), upstream, allow_unused=True)
@@ -227,7 +221,7 @@ class MetaMF(FederatedMethod):
     # -- traffic --------------------------------------------------------------------------
     def model_floats(self) -> int:
         """Floats of one client's generated model: A_u [m, s], B_u [s, f], W_1, b_1, W_2, b_2."""
-        f, s, m = self.env.backbone.config.dim, self.meta_config.item_factors, self.env.n_items
+        f, s, m = self.env.backbone.config.dim, self.config.item_factors, self.env.n_items
         return m * s + s * f + f * (f // 4) + f // 4 + f // 4 + 1
 
     def download_bytes(self, rows: torch.Tensor) -> float:
@@ -238,9 +232,9 @@ class MetaMF(FederatedMethod):
     def score_pairs(self, users: torch.Tensor, items: torch.Tensor,
                     history: Sequence[ClientStore] = ()) -> torch.Tensor:
         unique, owner = torch.unique(users, return_inverse=True)
-        dim, s = self.env.backbone.config.dim, self.meta_config.item_factors
+        dim, s = self.env.backbone.config.dim, self.config.item_factors
         gen = generate(self.public.net, unique, dim, s)
-        rows = left_rows(self.public.net, gen["h_items"], owner, items, s, self.meta_config.chunk_rows)  # [N, s]
+        rows = left_rows(self.public.net, gen["h_items"], owner, items, s, self.config.chunk_rows)  # [N, s]
         received = {name: gen[name][owner] for name in RECEIVED}  # per pair [N, ...]
         return predict(received, rows.unsqueeze(1)).squeeze(1)
 
@@ -248,7 +242,7 @@ class MetaMF(FederatedMethod):
     def score_users(self, users: torch.Tensor, history: Sequence[ClientStore] = ()) -> torch.Tensor:
         """Each user's generated model over the whole catalogue, in chunks of users sized so that
         A_u and U_u of a chunk stay within ``chunk_rows`` · hidden floats."""
-        net, config = self.public.net, self.meta_config
+        net, config = self.public.net, self.config
         dim, s, m = self.env.backbone.config.dim, config.item_factors, self.env.n_items
         per_chunk = max(1, config.chunk_rows * config.hidden // (m * (s + dim)))
         out = []

@@ -35,9 +35,7 @@ import torch
 
 from fedrun.backbone.base import PublicParams
 from fedrun.data.client_store import ClientStore
-from fedrun.defense.mean import Mean
-from fedrun.defense.sum import Sum
-from fedrun.errors import ConfigError, check, check_positive
+from fedrun.errors import check, check_positive
 from fedrun.method.base import RoundStats
 from fedrun.method.federated import FederatedMethod
 from fedrun.method.rating_scale import RatingScale, require_rating_model
@@ -87,14 +85,8 @@ class PrivRec(FederatedMethod):
         require_rating_model(env, "privrec")
         self.scale = RatingScale.of_training(env, "privrec")
         super().__init__(config, env, **components)
-        if not isinstance(self.defense, (Sum, Mean)):
-            raise ConfigError("defense", type(self.defense).__name__,
-                              "defense=mean or sum for method=privrec: its server adds noise to the plain sum")
-        if self.privacy.transforms_uploads:
-            raise ConfigError("privacy", type(self.privacy).__name__,
-                              "privacy=none for method=privrec: its user-level DP (clip, noise) is built in")
-        self.adapted_version = -1  # the server version the clients' adapted user rows belong to
-        self.version = 0  # server steps taken
+        self.require_exact_sum("privrec: its server adds the DP noise to the plain sum and its user-level DP "
+                               "(clip, noise) is built in", attack=False)
         self.update_norms: list[torch.Tensor] = []  # the round's clients' update norms before clipping
 
     def make_server(self, public: PublicParams) -> Server:
@@ -146,14 +138,12 @@ class PrivRec(FederatedMethod):
         norms = torch.cat(self.update_norms)
         stats.extra.update(update_norm_mean=float(norms.mean()),
                            clipped_fraction=float((norms > self.config.clip).double().mean()))
-        self.version += 1
         return stats
 
     # -- evaluation: every client adapts θ on its own ratings, then ranks ------------------
     @torch.no_grad()
-    def adapt_all(self) -> None:
-        if self.adapted_version == self.version:
-            return
+    def prepare_ranking(self) -> None:
+        """Every client adapts θ on its own training ratings (Reptile's inner loop) before ranking."""
         env = self.env
         users = env.clients_with_data()
         for index in bucketize(env.train.sizes(users), env.sim.buckets, env.sim.max_slots, 1,
@@ -161,19 +151,12 @@ class PrivRec(FederatedMethod):
             problem = local_problem(env.train.client_batch(users[index]), None, env.n_items)
             with torch.enable_grad():
                 self.private.user[problem.batch.users] = self.adapt(problem).user
-        self.adapted_version = self.version
 
     @torch.no_grad()
     def score_users(self, users: torch.Tensor, history: Sequence[ClientStore] = ()) -> torch.Tensor:
-        self.adapt_all()
         return self.scale.inverse(super().score_users(users, history))
 
     @torch.no_grad()
     def score_pairs(self, users: torch.Tensor, items: torch.Tensor,
                     history: Sequence[ClientStore] = ()) -> torch.Tensor:
-        self.adapt_all()
         return self.scale.inverse(super().score_pairs(users, items, history))
-
-    def load_state_dict(self, state) -> None:
-        super().load_state_dict(state)
-        self.adapted_version = -1
