@@ -8,7 +8,7 @@ export FEDRUN_DATA_DIR
 
 PEERS  := .venv-peers
 
-.PHONY: install test test-fast bench bench-peers clean
+.PHONY: install test test-fast bench bench-peers gpu-bundle clean
 
 install: $(BIN)/fedrun
 
@@ -40,6 +40,21 @@ bench-peers: install $(PEERS)/bin/flwr
 	$(PEERS)/bin/python scripts/bench_peers.py flower
 	$(BIN)/python scripts/bench_peers.py fedrun
 	$(BIN)/python scripts/bench_peers.py report
+
+# A GPU machine with its own CUDA torch and no network (issue #7): `make gpu-bundle` here puts the
+# packages its image lacks and the datasets under .gpu/ (about 45 MB, git-ignored; the device tool carries 64 MiB);
+# carry .gpu/ there and run `bash scripts/gpu_run.sh` (docs/benchmarks.md, "On a GPU").
+GPU_PYTHON   ?= 3.12
+GPU_PACKAGES := hydra-core==1.3.8 omegaconf==2.3.1 phe==1.5.0 gmpy2==2.3.2
+
+gpu-bundle: install
+	rm -rf .gpu && mkdir -p .gpu/wheels .gpu/datasets
+	$(BIN)/pip download -q --no-deps --only-binary=:all: --python-version $(GPU_PYTHON) --implementation cp \
+	    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	    -d .gpu/wheels $(GPU_PACKAGES)
+	$(BIN)/pip wheel -q --no-deps -w .gpu/wheels antlr4-python3-runtime==4.9.3  # sdist only: a py3 wheel built here
+	cp -r $(FEDRUN_DATA_DIR)/. .gpu/datasets/
+	@du -sh .gpu
 
 clean:
 	rm -rf outputs .pytest_cache .hypothesis build dist *.egg-info

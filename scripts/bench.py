@@ -20,6 +20,11 @@ Each workload runs in its own process so that its peak RSS is its own. Writes Ma
 CSV (and W5 PNGs) to ``--out`` and prints the tables.
 
     python scripts/bench.py [--workloads w0,w1,w2,w3,w4,w5] [--rounds 20] [--loop-rounds 3] [--tiny]
+                            [--device cpu|cuda]
+
+On a GPU (``--device cuda``) every timed step ends with ``torch.cuda.synchronize`` and the
+captions add the device's peak allocated memory; ``scripts/device_check.py`` checks that the
+device computes what the CPU computes.
 """
 
 from __future__ import annotations
@@ -83,11 +88,29 @@ TRAIN = {
 # ---------------------------------------------------------------------------------------- helpers
 
 def reset_peak_rss() -> None:
-    """Linux: reset this process's high-water mark (VmHWM) so a later peak is this step's own."""
+    """Linux: reset this process's high-water mark (VmHWM) so a later peak is this step's own;
+    likewise the CUDA allocator's peak."""
     try:
         Path("/proc/self/clear_refs").write_text("5")
     except OSError:
         pass
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_gpu_gb(device: torch.device) -> float | None:
+    return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+
+
+def memory_note(device: torch.device) -> str:
+    peak = peak_gpu_gb(device)
+    return "" if peak is None else f"; peak GPU memory allocated {peak:.2f} GB"
+
+
+def sync(device: torch.device) -> None:
+    """Wait for the device's queued kernels, so that a timer measures the work, not its launch."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def peak_rss_gb() -> float:
@@ -99,8 +122,11 @@ def peak_rss_gb() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def machine() -> str:
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
+def machine(device: str = "cpu") -> str:
+    host = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
+    if torch.device(device).type == "cuda":
+        return f"{torch.cuda.get_device_name(torch.device(device))} (CUDA {torch.version.cuda}), host {host}"
+    return host
 
 
 def build_method(overrides: list[str]):
@@ -113,9 +139,11 @@ def build_method(overrides: list[str]):
 def time_rounds(method, rounds: int, warmup: int = 2) -> float:
     for r in range(warmup):
         method.train_round(r)
+    sync(method.env.device)
     started = time.perf_counter()
     for r in range(warmup, warmup + rounds):
         method.train_round(r)
+    sync(method.env.device)
     return (time.perf_counter() - started) / rounds
 
 
@@ -123,8 +151,10 @@ def loop_round(method, env, round_index: int):
     """One round of the deepcopy loop from ``method``'s current state: (seconds, new public)."""
     user_table, public = method.private.user.clone(), method.public.clone()
     clients = clients_of(method.problems(method.sampler.users(round_index), round_index))  # not timed
+    sync(env.device)
     started = time.perf_counter()
     fedavg_round(env.backbone, user_table, public, clients, method.config.optimizer, env.sim.local_epochs)
+    sync(env.device)
     return time.perf_counter() - started, public
 
 
@@ -149,11 +179,11 @@ def write_table(out: Path, name: str, header: list[str], rows: list[list[str]], 
 def bench_train(work: Workload, args, out: Path) -> str:
     data = TINY_DATA if args.tiny else work.data
     clients = min(work.clients, 64) if args.tiny else work.clients
-    overrides = data + COMMON + work.overrides + [f"sim.clients_per_round={clients}"]
+    overrides = data + COMMON + work.overrides + [f"sim.clients_per_round={clients}", f"sim.device={args.device}"]
     reset_peak_rss()
     fedrun, env = build_method(overrides)
     t_fedrun = time_rounds(fedrun, args.rounds)
-    rss_fedrun = peak_rss_gb()
+    rss_fedrun, memory = peak_rss_gb(), memory_note(env.device)
     paths = [("fedrun (FedSGD fast path)" if fedrun.uses_fast_path else "fedrun (general)", t_fedrun)]
     general = fedrun
     if fedrun.uses_fast_path:
@@ -164,8 +194,10 @@ def bench_train(work: Workload, args, out: Path) -> str:
     paths.append(("loop (deepcopy)", t_loop))
     central, _ = build_method(overrides + ["method=central", "method.optimizer.name=sgd", "method.optimizer.lr=0.05",
                                            "method.batch_size=1024", *work.central])
+    sync(env.device)
     started = time.perf_counter()
     central.train_round(0)
+    sync(env.device)
     t_central = time.perf_counter() - started
     per_epoch = fedrun.rounds_per_epoch()
     rows = [[name, f"{s:.4f}", f"{clients / s:,.0f}", f"{t_loop / s:.1f}×", f"{s * per_epoch:.2f}",
@@ -174,7 +206,8 @@ def bench_train(work: Workload, args, out: Path) -> str:
     header = [f"{work.name.upper()} path", "s / round", "client updates / s", "vs loop", "s / epoch",
               "epoch vs central"]
     caption = (f"{work.name.upper()} {work.title}{' [tiny synthetic]' if args.tiny else ''}: {clients} clients/round, "
-               f"{per_epoch} rounds/epoch; {machine()}; peak RSS of the fedrun path {rss_fedrun:.2f} GB; "
+               f"{per_epoch} rounds/epoch; {machine(args.device)}; "
+               f"peak RSS of the fedrun path {rss_fedrun:.2f} GB{memory}; "
                f"loop vs general path after one round from one state: max |Δ item| = {max_diff:.1e}")
     return write_table(out, work.name, header, rows, caption)
 
@@ -187,9 +220,9 @@ W4_DATA = {"ml-1m": ["dataset=ml-1m"], "gowalla": GOWALLA}
 def bench_w4(args, out: Path) -> str:
     rows = []
     for name, data in ({"synthetic": TINY_DATA} if args.tiny else W4_DATA).items():
-        rows.append(bench_w4_one(name, data))
-    header = ["W4 dataset", "users", "items", "eval s", "floor s", "eval / floor", "peak RSS GB"]
-    caption = f"W4 full-ranking evaluation (MF dim 32, eval.memory_mb=256, K = 5, 10, 20); {machine()}"
+        rows.append(bench_w4_one(name, data + [f"sim.device={args.device}"]))
+    header = ["W4 dataset", "users", "items", "eval s", "floor s", "eval / floor", "peak RSS GB", "peak GPU GB"]
+    caption = f"W4 full-ranking evaluation (MF dim 32, eval.memory_mb=256, K = 5, 10, 20); {machine(args.device)}"
     return write_table(out, "w4", header, rows, caption)
 
 
@@ -205,16 +238,20 @@ def bench_w4_one(name: str, data: list[str]) -> list[str]:
     users = torch.nonzero(evaluator.stores["test"].sizes() > 0).squeeze(1)
     chunk = evaluator.chunk_users(env.n_items)
     k = max(evaluator.config.ks) + 1
+    sync(env.device)
     started = time.perf_counter()
     evaluator.evaluate(method, "test")
+    sync(env.device)
     t_eval = time.perf_counter() - started
     started = time.perf_counter()
     with torch.no_grad():
-        for part in torch.split(users, chunk):
+        for part in torch.split(users.to(env.device), chunk):
             (method.private.user[part] @ method.public.item.T).topk(k, dim=1)
+    sync(env.device)
     t_floor = time.perf_counter() - started
+    gpu = peak_gpu_gb(env.device)
     return [name, f"{users.numel():,}", f"{env.n_items:,}", f"{t_eval:.2f}", f"{t_floor:.2f}",
-            f"{t_eval / t_floor:.2f}×", f"{peak_rss_gb():.2f}"]
+            f"{t_eval / t_floor:.2f}×", f"{peak_rss_gb():.2f}", "" if gpu is None else f"{gpu:.2f}"]
 
 
 # ---------------------------------------------------------------------------------------- W5: scaling
@@ -226,24 +263,28 @@ W5_ITEMS = [10**3, 10**4, 10**5, 10**6]
 def bench_w5(args, out: Path) -> str:
     """Time per round and peak RSS of the fedrun path (W0's hyperparameters) as clients per round
     grow on gowalla and as the catalogue grows on synthetic data (1,024 users, 256 clients)."""
+    device = [f"sim.device={args.device}"]
     clients_points = [4, 8, 16] if args.tiny else W5_CLIENTS
     items_points = [100, 1000] if args.tiny else W5_ITEMS
-    by_clients = [point(args, (TINY_DATA if args.tiny else GOWALLA) + [f"sim.clients_per_round={c}"], c)
+    by_clients = [point(args, (TINY_DATA if args.tiny else GOWALLA) + device + [f"sim.clients_per_round={c}"], c)
                   for c in clients_points]
     synthetic = ["dataset=synthetic", f"dataset.n_users={64 if args.tiny else 1024}", "dataset.mean_length=20",
-                 "sim.clients_per_round=256"]
+                 "sim.clients_per_round=256", *device]
     by_items = [point(args, synthetic + [f"dataset.n_items={n}"], n) for n in items_points]
-    header = ["W5 axis", "value", "s / round", "growth", "client updates / s", "peak RSS GB"]
+    memory = "peak GPU GB" if torch.device(args.device).type == "cuda" else "peak RSS GB"
+    header = ["W5 axis", "value", "s / round", "growth", "client updates / s", memory]
     rows = growth_rows("clients/round", by_clients) + growth_rows("items", by_items)
     caption = (f"W5 scaling, FedAvg-MF (W0 hyperparameters), fedrun path; clients: "
-               f"{'synthetic' if args.tiny else 'gowalla'}; items: synthetic, 256 clients/round; {machine()}")
+               f"{'synthetic' if args.tiny else 'gowalla'}; items: synthetic, 256 clients/round; "
+               f"{machine(args.device)}")
     text = write_table(out, "w5", header, rows, caption)
-    plot_w5(out, by_clients, by_items)
+    plot_w5(out, by_clients, by_items, memory)
     return text
 
 
 def point(args, overrides: list[str], value: int) -> tuple[int, float, float, int]:
-    """(value, s / round, peak RSS GB, clients per round) in a fresh process (own peak RSS)."""
+    """(value, s / round, peak GB, clients per round) in a fresh process (own peak RSS; on a GPU,
+    the peak GPU memory allocated)."""
     code = ("import sys, json; sys.argv = ['bench']; import scripts.bench as b; "
             f"print(json.dumps(b.measure_point({overrides!r}, {args.rounds})))")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
@@ -258,7 +299,8 @@ def measure_point(overrides: list[str], rounds: int) -> tuple[float, float, int]
     method, _ = build_method(COMMON + MF + overrides)
     reset_peak_rss()  # the dataset's parse is not part of a round's memory
     seconds = time_rounds(method, rounds)
-    return seconds, peak_rss_gb(), method.sampler.per_round
+    gpu = peak_gpu_gb(method.env.device)
+    return seconds, peak_rss_gb() if gpu is None else gpu, method.sampler.per_round
 
 
 def growth_rows(axis: str, points) -> list[list[str]]:
@@ -270,7 +312,7 @@ def growth_rows(axis: str, points) -> list[list[str]]:
     return rows
 
 
-def plot_w5(out: Path, by_clients, by_items) -> None:
+def plot_w5(out: Path, by_clients, by_items, memory: str) -> None:
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -282,7 +324,7 @@ def plot_w5(out: Path, by_clients, by_items) -> None:
     for ax, points, label in ((axes[0], by_clients, "clients per round"), (axes[1], by_items, "catalogue size")):
         x = [p[0] for p in points]
         ax.loglog(x, [p[1] for p in points], "o-", label="s / round")
-        ax.loglog(x, [p[2] for p in points], "s--", label="peak RSS GB")
+        ax.loglog(x, [p[2] for p in points], "s--", label=memory)
         ax.set_xlabel(label)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
@@ -300,6 +342,7 @@ def main() -> int:
     parser.add_argument("--loop-rounds", type=int, default=3)
     parser.add_argument("--out", default="outputs/bench")
     parser.add_argument("--tiny", action="store_true", help="every workload on small synthetic data (smoke test)")
+    parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (sim.device of every workload)")
     args = parser.parse_args()
     os.environ.setdefault("FEDRUN_DATA_DIR", str(ROOT.parent / "shared" / "datasets"))
     out = Path(args.out)

@@ -1,0 +1,201 @@
+"""Check that a device (CUDA) computes what the CPU computes, and time a round on each.
+
+Every case builds the same run twice from the same seeds, once with ``sim.device=cpu`` and once
+with ``sim.device=<--device>``; trains ``--rounds`` rounds on each; then compares
+
+  - every tensor of the method's state (``Method.state_dict()``: private rows, public model,
+    server optimizer state): max |Δ| relative to the tensor's max |x|;
+  - the test metrics (full ranking, or RMSE for rating models).
+
+A case is *exact* when no random draw of the run is made on the device: torch generators are
+per device, so LDP noise, dropout masks and FedCL's semi-hard picks (``generator(..., device)``)
+differ between CPU and CUDA by construction. Exact cases must agree to ``--rtol``; the others
+are listed with their metrics side by side and their difference, for the reader to judge.
+Negatives and client sampling come from counter-based hashes or CPU generators, so they are
+the same on every device.
+
+    python scripts/device_check.py --device cuda [--rounds 5] [--cases fedavg-mf,...] [--data ml-100k]
+
+Exit status 1 when an exact case disagrees or a case fails to run. Writes ``device_check.md`` / ``.csv`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fedrun.cli import compose  # noqa: E402
+from fedrun.experiment import build_run  # noqa: E402
+from fedrun.report.table import markdown  # noqa: E402
+
+IMPLICIT = {"synthetic": ["dataset=synthetic", "dataset.n_users=400", "dataset.n_items=600",
+                          "dataset.mean_length=15"],
+            "ml-100k": ["dataset=ml-100k", "dataset.implicit_threshold=1"]}
+RATED = {"synthetic": ["dataset=synthetic", "dataset.n_users=400", "dataset.n_items=600", "dataset.mean_length=15",
+                       "dataset.ratings=true", "dataset.split.protocol=random_ratio",
+                       "dataset.split.test_ratio=0.1", "dataset.split.valid_ratio=0.1"],
+         "ml-100k": ["dataset=ml-100k", "dataset.split.protocol=random_ratio", "dataset.split.test_ratio=0.1",
+                     "dataset.split.valid_ratio=0.1"]}
+COMMON = ["track=none", "sim.progress=false", "sim.clients_per_round=64", "sim.eval_every=0"]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    data: str  # "implicit" | "rated"
+    overrides: tuple[str, ...]
+    exact: bool  # no random draw on the device: states must agree to float tolerance
+
+
+CASES = [
+    Case("fedavg-mf", "implicit", ("method=fedavg", "backbone=mf"), True),
+    Case("fedavg-mf-general", "implicit", ("method=fedavg", "backbone=mf", "sim.fast_path=off"), True),
+    Case("fedavg-ncf", "implicit", ("method=fedavg", "backbone=ncf", "method.num_negatives=4"), True),
+    Case("fedavg-mf-ldp", "implicit", ("method=fedavg", "backbone=mf", "privacy=ldp",
+                                       "privacy.targets=[item_rows]"), False),
+    Case("central-ncf", "implicit", ("method=central", "backbone=ncf"), True),
+    Case("fedcl-ncf-hardest", "implicit", ("method=fedcl", "backbone=fedcl/ncf", "method.hardest=true"), True),
+    Case("fedcl-ncf-ldp", "implicit", ("method=fedcl", "backbone=fedcl/ncf", "privacy=ldp"), False),
+    Case("fedcl-gru4rec-hardest", "implicit", ("method=fedcl", "backbone=fedcl/gru4rec", "method.hardest=true",
+                                               "backbone.dropout=0"), True),
+    Case("fedcl-bert4rec-hardest", "implicit", ("method=fedcl", "backbone=fedcl/bert4rec", "method.hardest=true",
+                                                "backbone.dropout=0"), True),
+    Case("bil-mf", "implicit", ("method=bil", "backbone=mf"), True),
+    Case("fedrec-pmf", "rated", ("method=fedrec", "backbone=pmf"), True),
+    Case("fedrecpp-pmf", "rated", ("method=fedrecpp", "backbone=pmf"), True),
+    Case("fcf-pmf", "rated", ("method=fcf", "backbone=pmf"), True),
+    Case("privrec-pmf", "rated", ("method=privrec", "backbone=pmf"), False),
+    Case("metamf", "rated", ("method=metamf", "backbone=pmf"), True),
+    Case("lightfr", "rated", ("method=lightfr", "backbone=binary-mf"), True),
+]
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def tensors(state: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor of a nested state (dicts, lists, optimizer states), with a dotted name."""
+    if isinstance(state, torch.Tensor):
+        yield prefix, state
+    elif isinstance(state, dict):
+        for key, value in state.items():
+            yield from tensors(value, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(state, (list, tuple)):
+        for index, value in enumerate(state):
+            yield from tensors(value, f"{prefix}.{index}" if prefix else str(index))
+
+
+def state_difference(reference: dict, other: dict) -> tuple[float, str]:
+    """(largest relative max |Δ| over the tensors of two states, the tensor it occurs in)."""
+    ref, oth = dict(tensors(reference)), dict(tensors(other))
+    if ref.keys() != oth.keys():
+        raise ValueError(f"the states hold different tensors: {sorted(ref.keys() ^ oth.keys())}")
+    worst, where = 0.0, ""
+    for name, a in ref.items():
+        a, b = a.detach().cpu(), oth[name].detach().cpu()
+        if a.shape != b.shape:
+            return float("inf"), f"{name} (shape {tuple(a.shape)} vs {tuple(b.shape)})"
+        if a.numel() == 0:
+            continue
+        if not a.is_floating_point():
+            diff = float((a != b).float().mean())  # share of differing entries (ids, counters, bits)
+        else:
+            scale = max(float(a.abs().max()), 1e-12)
+            diff = float((a.double() - b.double()).abs().max()) / scale
+        if diff > worst:
+            worst, where = diff, name
+    return worst, where
+
+
+def train(overrides: list[str], device: str, rounds: int) -> tuple[dict, dict[str, float], float]:
+    """(state, test metrics, seconds per round after the first) of ``rounds`` rounds on ``device``."""
+    built = build_run(compose(overrides + [f"sim.device={device}"]))
+    torch_device = built.env.device
+    built.method.train_round(0)  # warm-up: kernels, caches, lazy allocations
+    sync(torch_device)
+    started = time.perf_counter()
+    for round_index in range(1, rounds):
+        built.method.train_round(round_index)
+    sync(torch_device)
+    seconds = (time.perf_counter() - started) / max(rounds - 1, 1)
+    metrics = built.evaluator.evaluate(built.method, "test")
+    return built.method.state_dict(), metrics, seconds
+
+
+def check(case: Case, args) -> list[str]:
+    data = (IMPLICIT if case.data == "implicit" else RATED)[args.data]
+    overrides = data + COMMON + list(case.overrides)
+    cpu_state, cpu_metrics, cpu_seconds = train(overrides, "cpu", args.rounds)
+    dev_state, dev_metrics, dev_seconds = train(overrides, args.device, args.rounds)
+    diff, where = state_difference(cpu_state, dev_state)
+    metric = next((k for k in ("hr_at_10", "rmse") if k in cpu_metrics), next(iter(cpu_metrics)))
+    metric_diff = max(abs(cpu_metrics[k] - dev_metrics[k]) for k in cpu_metrics)
+    verdict = ("agrees" if diff <= args.rtol else "DIFFERS") if case.exact else "draws on device"
+    return [case.name, "yes" if case.exact else "no", f"{diff:.1e}", where, f"{metric}",
+            f"{cpu_metrics[metric]:.4f}", f"{dev_metrics[metric]:.4f}", f"{metric_diff:.1e}",
+            f"{cpu_seconds:.4f}", f"{dev_seconds:.4f}", f"{cpu_seconds / dev_seconds:.1f}×", verdict]
+
+
+def checked(case: Case, args) -> list[str]:
+    """``check``, or a row that says why the case could not run (the other cases still run)."""
+    try:
+        return check(case, args)
+    except Exception as error:  # noqa: BLE001 -- reported in the table and in the exit status
+        return [case.name, "yes" if case.exact else "no", *[""] * 9, f"ERROR {type(error).__name__}: {error}"]
+
+
+def device_name(device: str) -> str:
+    torch_device = torch.device(device)
+    if torch_device.type == "cuda":
+        return f"{torch.cuda.get_device_name(torch_device)}, torch {torch.__version__}, CUDA {torch.version.cuda}"
+    return f"cpu, torch {torch.__version__}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda", help="the device compared with the CPU (cuda, cuda:1; cpu checks "
+                                                          "the script itself)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--cases", default=",".join(c.name for c in CASES),
+                        help=f"comma-separated, from: {', '.join(c.name for c in CASES)}")
+    parser.add_argument("--data", choices=sorted(IMPLICIT), default="synthetic")
+    parser.add_argument("--rtol", type=float, default=1e-4, help="largest relative state difference of an exact case")
+    parser.add_argument("--out", default="outputs/device_check")
+    args = parser.parse_args()
+    known = {c.name: c for c in CASES}
+    unknown = [name for name in args.cases.split(",") if name not in known]
+    if unknown:
+        parser.error(f"--cases: unknown {', '.join(unknown)}; expected some of {', '.join(known)}")
+    if args.rounds < 2:
+        parser.error(f"--rounds: {args.rounds}; at least 2 (the first round is a warm-up, not timed)")
+    torch.device(args.device)  # a malformed name fails here; a missing CUDA fails as a config error below
+    rows = [checked(known[name], args) for name in args.cases.split(",")]
+    header = ["case", "exact", "state max rel. |Δ|", "in", "metric", "cpu", args.device, "metrics max |Δ|",
+              "cpu s / round", f"{args.device} s / round", f"{args.device} speed-up", "verdict"]
+    caption = (f"CPU vs {device_name(args.device)}: {args.rounds} rounds of 64 clients on {args.data} data, "
+               f"same seeds; exact cases must agree to {args.rtol:g}")
+    table = markdown(header, rows)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "device_check.md").write_text(f"{caption}\n\n{table}\n")
+    (out / "device_check.csv").write_text("\n".join(",".join(row) for row in [header, *rows]) + "\n")
+    print(f"{caption}\n\n{table}")
+    failed = [row[0] for row in rows if row[-1] == "DIFFERS" or row[-1].startswith("ERROR")]
+    if failed:
+        print(f"\ncases that differ or failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# fedrun's GPU checks (issue #7) on a machine with its own CUDA build of torch and no network.
+#
+#   here:   make gpu-bundle                 (.gpu/: wheels the GPU image lacks + the benchmark datasets)
+#   there:  bash scripts/gpu_run.sh [OUT]   (in the repository root, .gpu/ beside it)
+#
+# Steps, each logged to OUT (default outputs/gpu):
+#   1. scripts/device_check.py: every case trained on the CPU and on CUDA from the same seeds; exact
+#      cases must agree to float tolerance (synthetic data, then ml-100k)
+#   2. scripts/bench.py --device cuda: W0-W5 on the GPU; then --device cpu on the same host (GPU/CPU ratio)
+#   3. the unit tests with sim.device=auto, i.e. on CUDA (MLflow-backed tests and integration tests left out:
+#      MLflow is not on the GPU image)
+# Set GPU_RUN_QUICK=1 for a smoke run (tiny benchmark, 2 rounds): it checks this script, not the GPU.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-outputs/gpu}
+DEVICE=${GPU_RUN_DEVICE:-cuda}
+mkdir -p "$OUT"
+[ -d .gpu/wheels ] || { echo "no .gpu/ here: run 'make gpu-bundle' on a machine with a network first" >&2; exit 2; }
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/fedrun-site .gpu/wheels/*.whl \
+    || exit 2
+export PYTHONPATH=/tmp/fedrun-site:$PWD FEDRUN_DATA_DIR=$PWD/.gpu/datasets PYTHONUNBUFFERED=1
+python3 - <<PY || exit 2
+import torch
+device = torch.device("$DEVICE")
+assert device.type != "cuda" or torch.cuda.is_available(), "torch sees no CUDA device here"
+print("torch", torch.__version__, "CUDA", torch.version.cuda, torch.cuda.get_device_name() if device.type == "cuda" else "cpu")
+PY
+
+ROUNDS=5; BENCH=(); if [ "${GPU_RUN_QUICK:-0}" = 1 ]; then ROUNDS=2; BENCH=(--tiny --rounds 2 --loop-rounds 1); fi
+status=0
+step() { local name=$1; shift; echo "== $name: $*"; "$@" > >(tee "$OUT/$name.log") 2>&1 || { echo "!! $name failed"; status=1; }; }
+step device-check-synthetic python3 scripts/device_check.py --device "$DEVICE" --rounds $ROUNDS --out "$OUT/synthetic"
+step device-check-ml100k python3 scripts/device_check.py --device "$DEVICE" --rounds $ROUNDS --data ml-100k \
+    --out "$OUT/ml-100k"
+step bench-gpu python3 scripts/bench.py --device "$DEVICE" "${BENCH[@]}" --out "$OUT/bench-$DEVICE"
+step bench-cpu python3 scripts/bench.py --device cpu "${BENCH[@]}" --out "$OUT/bench-cpu"
+step tests python3 -m pytest -q -x -p no:cacheprovider -m "not integration" --ignore=tests/integration \
+    --ignore=tests/test_run.py --ignore=tests/test_checkpoint.py tests
+exit $status
