@@ -32,7 +32,7 @@ from fedrun.sim.runner import Interrupted, RunResult, run_loop
 from fedrun.sim.signals import interrupts_ignored
 from fedrun.track.base import Tracker
 from fedrun.track.mlflow import Mlflow, MlflowConfig
-from fedrun.validate import check_run
+from fedrun.validate import check_run, check_selection
 
 log = logging.getLogger("fedrun")
 GROUPS = ("dataset", "backbone", "method", "privacy", "attack", "defense", "eval", "track")
@@ -106,6 +106,7 @@ def build_run(cfg: DictConfig) -> Built:
     method = build(cfg.method, "method", Method, env=env, privacy=p.privacy, attack=p.attack, defense=p.defense)
     evaluator = build(cfg.eval, "eval", Evaluator, split=split, device=env.device,
                       rating=p.backbone.rating_model, bytes_per_pair=p.backbone.full_score_bytes_per_pair())
+    check_selection(p.sim, evaluator)
     return Built(p, env, method, evaluator, label)
 
 

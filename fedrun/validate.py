@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedrun.backbone.base import Backbone
 from fedrun.data.splits import Split
 from fedrun.errors import ConfigError, DataError, check
 from fedrun.sim.config import SimConfig
+
+if TYPE_CHECKING:
+    from fedrun.eval.base import Evaluator
 
 BYTES_PER_SLOT_FACTOR = 8  # a padded slot's item copy, its gradient, two Adam moments, scores, slack
 
@@ -45,6 +48,21 @@ def check_run(dataset: str, split: Split, backbone: Backbone, sim: SimConfig, me
                         "items): no negatives can be drawn for it. Filter it out (dataset.min_user_count / dedup).")
     _check_memory(sim, backbone)
     _check_checkpoint_dir(sim)
+
+
+def check_selection(sim: SimConfig, evaluator: Evaluator) -> None:
+    """sim.patience / sim.keep_best need validations and a monitored metric the evaluator returns."""
+    if not sim.selects_on_validation:
+        return
+    name, value = ("sim.patience", sim.patience) if sim.patience is not None else ("sim.keep_best", True)
+    if evaluator.split.valid is None:
+        raise ConfigError(name, value, "null / false: this split has no validation part "
+                                       "(dataset.split.valid for loo, dataset.split.valid_ratio otherwise)")
+    if not sim.eval_every:
+        raise ConfigError(name, value, "null / false with sim.eval_every=0 (no validation is run)")
+    names = evaluator.metric_names()
+    check(evaluator.config.monitor in names, "eval.monitor", evaluator.config.monitor,
+          f"a metric this evaluation returns: {', '.join(names)}")
 
 
 def _check_checkpoint_dir(sim: SimConfig) -> None:

@@ -16,6 +16,7 @@ CASES = {
     "fedavg-ncf-local-adam": ["method=fedavg", "backbone=ncf", "method.optimizer.name=adam",
                               "method.optimizer.lr=0.01", "sim.local_epochs=2"],
     "central-ncf": ["method=central", "backbone=ncf"],
+    "fedavg-keep-best": ["method=fedavg", "method.optimizer.lr=0.5", "sim.keep_best=true", "sim.patience=2"],
 }
 
 

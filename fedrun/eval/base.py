@@ -11,7 +11,7 @@ import torch
 from fedrun.data.client_store import ClientStore
 from fedrun.data.splits import Split
 from fedrun.errors import check
-from fedrun.eval.metrics import RANKING_METRICS, rating_errors
+from fedrun.eval.metrics import RANKING_METRICS, RATING_METRICS, rating_errors
 from fedrun.method.base import Method
 
 
@@ -21,7 +21,7 @@ class EvalConfig:
     metrics: list[str] = field(default_factory=lambda: ["hr", "recall", "ndcg", "mrr"])  # ranking metrics
     mask_history: bool = True  # remove the user's training (and, at test, validation) items from the ranking
     kind: str = "auto"  # auto (rating metrics for mse backbones) | ranking | rating
-    monitor: str = "ndcg_at_10"  # validation metric shown in the progress bar
+    monitor: str = "ndcg_at_10"  # validation metric shown in the progress bar; sim.patience / keep_best select on it
     clip_ratings: bool = True  # rating metrics: clip predictions to the training ratings' range
 
     def __post_init__(self) -> None:
@@ -70,6 +70,19 @@ class Evaluator:
 
     def evaluate_ranking(self, method: Method, part: str) -> dict[str, float]:
         raise NotImplementedError
+
+    def metric_names(self) -> list[str]:
+        """The names ``evaluate`` returns."""
+        if self.rating:
+            return list(RATING_METRICS)
+        return [f"{name}_at_{k}" for k in self.config.ks for name in self.config.metrics]
+
+    @staticmethod
+    def improves(value: float, best: float | None, metric: str) -> bool:
+        """Whether ``value`` of ``metric`` is better than ``best`` (errors fall, ranking metrics rise)."""
+        if best is None:
+            return True
+        return value < best if metric in RATING_METRICS else value > best
 
     def describe(self) -> dict[str, object]:
         described = {"protocol": type(self).__name__, "mask_history": self.config.mask_history}

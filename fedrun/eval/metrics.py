@@ -10,6 +10,7 @@ import torch
 
 MISS = torch.iinfo(torch.int64).max
 RANKING_METRICS = ("hr", "recall", "ndcg", "mrr")
+RATING_METRICS = ("mae", "rmse")  # lower is better
 
 
 def from_ranks(ranks: torch.Tensor, target_mask: torch.Tensor, ks: list[int],

@@ -21,12 +21,29 @@ VERSION = 1
 
 @dataclass
 class RunnerState:
-    """What the run loop needs to continue: rounds done, last validation, wall times."""
+    """What the run loop needs to continue: rounds done, last validation, wall times, and the
+    best validation so far (``sim.patience``, ``sim.keep_best``)."""
 
     next_round: int = 0
     valid: dict[str, float] = field(default_factory=dict)
     train_seconds: float = 0.0
     eval_seconds: float = 0.0
+    best_valid: float | None = None  # best eval.monitor so far
+    best_round: int = 0  # rounds done when it was reached
+    stale: int = 0  # validations since then without improvement
+    best_state: dict[str, Any] | None = None  # the method's state then (sim.keep_best), cloned
+
+
+def snapshot(state: Any) -> Any:
+    """A copy of a nested state (dicts, lists, tuples of tensors and plain values) that later
+    in-place updates of the live tensors do not change."""
+    if isinstance(state, torch.Tensor):
+        return state.detach().clone()
+    if isinstance(state, dict):
+        return {key: snapshot(value) for key, value in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(snapshot(value) for value in state)
+    return state
 
 
 def save(path: Path, method_state: dict[str, Any], runner: RunnerState, config_yaml: str, run_id: str | None) -> None:

@@ -18,6 +18,8 @@ class SimConfig:
     local_epochs: int = 1  # local full-batch steps per round
     max_rounds: int | None = None  # stop after this many rounds (0: evaluate the initial model)
     eval_every: int = 1  # validate every N epochs (0: only the final test)
+    patience: int | None = None  # stop after this many validations without a better eval.monitor (null: never)
+    keep_best: bool = False  # test the model of the best validation eval.monitor instead of the last one
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     buckets: int = 8  # client buckets by data size per round (padding waste vs. launch count)
     min_bucket_clients: int = 16  # fewer buckets when a round has few clients
@@ -38,6 +40,7 @@ class SimConfig:
         check(self.local_epochs >= 1, "local_epochs", self.local_epochs, "an integer >= 1")
         check(self.max_rounds is None or self.max_rounds >= 0, "max_rounds", self.max_rounds, "null or an integer >= 0")
         check(self.eval_every >= 0, "eval_every", self.eval_every, "an integer >= 0")
+        check(self.patience is None or self.patience >= 1, "patience", self.patience, "null or an integer >= 1")
         check(self.buckets >= 1, "buckets", self.buckets, "an integer >= 1")
         check(self.min_bucket_clients >= 1, "min_bucket_clients", self.min_bucket_clients, "an integer >= 1")
         check(self.max_slots >= 1, "max_slots", self.max_slots, "an integer >= 1")
@@ -47,6 +50,11 @@ class SimConfig:
         check(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "an integer >= 0")
         check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), "device",
               self.device, "auto, cpu, cuda or cuda:N")
+
+    @property
+    def selects_on_validation(self) -> bool:
+        """Whether validation decides when to stop or which model is tested."""
+        return self.patience is not None or self.keep_best
 
     def round_size(self, n_clients: int) -> int:
         """Clients per round for a dataset with ``n_clients`` clients holding data (a fraction p gives

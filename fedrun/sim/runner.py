@@ -1,7 +1,9 @@
-"""The run loop: rounds → per-round metrics → periodic validation → checkpoints → final test."""
+"""The run loop: rounds → per-round metrics → periodic validation (early stopping, best model) →
+checkpoints → final test."""
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -13,13 +15,14 @@ from tqdm import tqdm
 from fedrun.errors import FedrunError
 from fedrun.eval.base import Evaluator
 from fedrun.method.base import Method
-from fedrun.sim.checkpoint import RunnerState
+from fedrun.sim.checkpoint import RunnerState, snapshot
 from fedrun.sim.config import SimConfig
 from fedrun.sim.guards import NumericalError
 from fedrun.sim.signals import graceful_stop
 from fedrun.track.base import Tracker
 
 __all__ = ["Interrupted", "NumericalError", "RunResult", "run_loop", "total_rounds"]
+log = logging.getLogger("fedrun")
 
 
 class Interrupted(FedrunError):
@@ -59,7 +62,7 @@ def run_loop(method: Method, evaluator: Evaluator, tracker: Tracker, sim: SimCon
     bar = tqdm(total=n_rounds, initial=state.next_round, desc=label, disable=not sim.progress,
                dynamic_ncols=True, unit="round")
     with graceful_stop() as stop:
-        while state.next_round < n_rounds:
+        while state.next_round < n_rounds and not _patience_spent(state, sim):
             round_index = state.next_round
             started = time.perf_counter()
             stats = method.train_round(round_index)
@@ -76,6 +79,8 @@ def run_loop(method: Method, evaluator: Evaluator, tracker: Tracker, sim: SimCon
                 state.valid = evaluator.evaluate(method, "valid")
                 state.eval_seconds += time.perf_counter() - started
                 tracker.log_metrics({f"valid_{k}": v for k, v in state.valid.items()}, step=round_index + 1)
+                if sim.selects_on_validation:
+                    _track_best(state, method, evaluator, sim.keep_best, round_index + 1)
             state.next_round = round_index + 1
             _progress(bar, epoch, stats.loss, state.valid, evaluator.config.monitor)
             if save is not None and (stop.requested or (sim.checkpoint_every and
@@ -86,13 +91,44 @@ def run_loop(method: Method, evaluator: Evaluator, tracker: Tracker, sim: SimCon
             elif stop.requested:
                 raise Interrupted(stop.signal, state.next_round, None)
     bar.close()
+    rounds = state.next_round
+    selection = _select_tested_model(state, method, evaluator, sim, per_epoch) if sim.selects_on_validation else {}
     started = time.perf_counter()
     test = evaluator.evaluate(method, "test")
     state.eval_seconds += time.perf_counter() - started
-    tracker.log_metrics({f"test_{k}": v for k, v in test.items()}, step=n_rounds)
+    tracker.log_metrics({f"test_{k}": v for k, v in test.items()}, step=rounds)
     tracker.log_metrics({"train_seconds": state.train_seconds, "eval_seconds": state.eval_seconds,
-                         "seconds_per_round": state.train_seconds / max(n_rounds, 1)}, step=n_rounds)
-    return RunResult(test, state.valid, n_rounds, state.train_seconds, state.eval_seconds)
+                         "seconds_per_round": state.train_seconds / max(rounds, 1), **selection}, step=rounds)
+    return RunResult(test, state.valid, rounds, state.train_seconds, state.eval_seconds)
+
+
+def _track_best(state: RunnerState, method: Method, evaluator: Evaluator, keep_best: bool, rounds_done: int) -> None:
+    """After a validation: remember it (and, for sim.keep_best, the model) when eval.monitor improved."""
+    monitor = evaluator.config.monitor
+    value = state.valid[monitor]
+    if evaluator.improves(value, state.best_valid, monitor):
+        state.best_valid, state.best_round, state.stale = value, rounds_done, 0
+        state.best_state = snapshot(method.state_dict()) if keep_best else None
+    else:
+        state.stale += 1
+
+
+def _patience_spent(state: RunnerState, sim: SimConfig) -> bool:
+    return sim.patience is not None and state.stale >= sim.patience
+
+
+def _select_tested_model(state: RunnerState, method: Method, evaluator: Evaluator, sim: SimConfig,
+                         per_epoch: int) -> dict[str, float]:
+    """Load the best validated model for sim.keep_best; say where training stopped and why."""
+    monitor, best_epoch = evaluator.config.monitor, state.best_round / per_epoch
+    if _patience_spent(state, sim):
+        log.info("Early stop after epoch %g: valid %s has not improved for %d validations (best %.4f at epoch %g).",
+                 state.next_round / per_epoch, monitor, sim.patience, state.best_valid, best_epoch)
+    if sim.keep_best and state.best_state is not None:
+        method.load_state_dict(state.best_state)
+        log.info("Testing the model of epoch %g (best valid %s %.4f).", best_epoch, monitor, state.best_valid)
+    chosen = {"rounds_trained": float(state.next_round), "best_valid_round": float(state.best_round)}
+    return chosen if state.best_valid is None else {**chosen, f"best_valid_{monitor}": state.best_valid}
 
 
 def _progress(bar: tqdm, epoch: int, loss: float, valid: dict[str, float], monitor: str) -> None:
