@@ -4,6 +4,7 @@ and bad settings named."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -279,3 +280,23 @@ def test_cold_start_items_are_withheld_and_coded_by_eq21():
         want = eq21_codes(initial[cold.tolist().index(i)], torch.stack(raters), torch.stack(ratings))
         assert torch.equal(method.public.item[i].double(), want), f"cold item {i}"
     assert not torch.equal(method.public.item[cold], initial)
+
+
+def test_random_codes_hr_matches_a_simulation():
+    """scripts/random_codes_hr.py (the tie-rule bounds in the LightFR notes) against Monte Carlo."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from random_codes_hr import random_codes_hr
+
+    exact = random_codes_hr(bits=16, negatives=19, k=5)
+    rng = np.random.default_rng(0)
+    similarity = rng.binomial(16, 0.5, size=(200_000, 20))  # column 0: the test item
+    above = (similarity[:, 1:] > similarity[:, :1]).sum(1)
+    tied = (similarity[:, 1:] == similarity[:, :1]).sum(1)
+    place = above + np.floor(rng.random(len(above)) * (tied + 1))  # uniform among its ties
+    simulated = {"pessimistic": (above + tied < 5).mean(), "optimistic": (above < 5).mean(),
+                 "random": (place < 5).mean()}
+    for rule in exact:
+        assert exact[rule] == pytest.approx(simulated[rule], abs=0.004)
+    assert exact["random"] == pytest.approx(5 / 20, abs=1e-9)  # symmetry: a uniform position
