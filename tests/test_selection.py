@@ -120,3 +120,14 @@ def test_selection_needs_validations_and_a_known_monitor(overrides, field):
     with pytest.raises(ConfigError) as error:
         experiment.build_run(compose_cfg(SMALL + overrides))
     assert error.value.field.endswith(field)
+
+
+@pytest.mark.parametrize("overrides", [
+    [],
+    ["eval=sampled", "eval.num_negatives=20", "eval.metrics=[hr,ndcg]", "eval.ks=[3,10]"],
+    ["backbone=pmf", "dataset.ratings=true", "dataset.split.protocol=random_ratio", "dataset.split.valid_ratio=0.1",
+     "method=fedrec"],
+])
+def test_metric_names_are_the_names_evaluate_returns(overrides):
+    built = experiment.build_run(compose_cfg(SMALL + overrides))
+    assert sorted(built.evaluator.evaluate(built.method, "valid")) == sorted(built.evaluator.metric_names())
