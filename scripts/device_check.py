@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 from fedrun.cli import compose  # noqa: E402
 from fedrun.experiment import build_run  # noqa: E402
 from fedrun.report.table import markdown  # noqa: E402
+from scripts.bench import machine, sync  # noqa: E402  (the benchmark's device timing and description)
 
 IMPLICIT = {"synthetic": ["dataset=synthetic", "dataset.n_users=400", "dataset.n_items=600",
                           "dataset.mean_length=15"],
@@ -77,11 +78,6 @@ CASES = [
     Case("metamf", "rated", ("method=metamf", "backbone=pmf"), True),
     Case("lightfr", "rated", ("method=lightfr", "backbone=binary-mf"), True),
 ]
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def tensors(state: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
@@ -155,13 +151,6 @@ def checked(case: Case, args) -> list[str]:
         return [case.name, "yes" if case.exact else "no", *[""] * 9, f"ERROR {type(error).__name__}: {error}"]
 
 
-def device_name(device: str) -> str:
-    torch_device = torch.device(device)
-    if torch_device.type == "cuda":
-        return f"{torch.cuda.get_device_name(torch_device)}, torch {torch.__version__}, CUDA {torch.version.cuda}"
-    return f"cpu, torch {torch.__version__}"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", help="the device compared with the CPU (cuda, cuda:1; cpu checks "
@@ -183,8 +172,8 @@ def main() -> int:
     rows = [checked(known[name], args) for name in args.cases.split(",")]
     header = ["case", "exact", "state max rel. |Δ|", "in", "metric", "cpu", args.device, "metrics max |Δ|",
               "cpu s / round", f"{args.device} s / round", f"{args.device} speed-up", "verdict"]
-    caption = (f"CPU vs {device_name(args.device)}: {args.rounds} rounds of 64 clients on {args.data} data, "
-               f"same seeds; exact cases must agree to {args.rtol:g}")
+    caption = (f"CPU vs {args.device} ({machine(args.device)}): {args.rounds} rounds of 64 clients on "
+               f"{args.data} data, same seeds; exact cases must agree to {args.rtol:g}")
     table = markdown(header, rows)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
