@@ -8,6 +8,8 @@ Workloads (issue #7), each measured in one run on the same data and hyperparamet
   W3  as W1 with 5 local epochs and Adam
   W4  full-ranking evaluation of every test user (ml-1m, gowalla) vs a bare matmul + topk
   W5  scaling: clients per round on gowalla; catalogue size on synthetic data (PNG + table)
+  W6  FedCL-NCF with FedCL's Table 3 settings (ml-1m LOO, 16 clients, LDP embeddings, 10 local + 20
+      semi-hard negatives): the FedSGD fast path against per-client copies, same draws
 
 Paths of a training workload:
   - fedrun:  the simulator as a run uses it (``sim.fast_path=auto``: FedSGD fast path when exact)
@@ -212,6 +214,33 @@ def bench_train(work: Workload, args, out: Path) -> str:
     return write_table(out, work.name, header, rows, caption)
 
 
+# --------------------------------------------------------------------------- W6: FedCL's fast path
+
+W6_FEDCL = ["method=fedcl", "privacy=ldp", "backbone=fedcl/ncf", "dataset.min_item_count=5", "dataset.split.valid=true",
+            "eval=full", "sim.clients_per_round=16", "track=none", "sim.progress=false"]
+
+
+def bench_w6(args, out: Path) -> str:
+    """FedCL-NCF rounds (exchange, clustering every 100 rounds amortised, local step, server Adam):
+    the fast path and the general path from the same seed, and how far apart their models end."""
+    data = TINY_DATA if args.tiny else ["dataset=ml-1m"]
+    overrides = data + W6_FEDCL + [f"sim.device={args.device}"]
+    paths = []
+    for name, extra in [("fedrun (FedSGD fast path)", []), ("general (copies)", ["sim.fast_path=off"])]:
+        method, env = build_method(overrides + extra)
+        paths.append((name, time_rounds(method, args.rounds), method))
+    (_, t_fast, fast), (_, t_general, general) = paths
+    max_diff = float((fast.public.item - general.public.item).abs().max())
+    per_epoch = fast.rounds_per_epoch()
+    header = ["W6 path", "s / round", "vs general", "s / epoch", "20 epochs (h)"]
+    rows = [[name, f"{s:.4f}", f"{t_general / s:.1f}×", f"{s * per_epoch:.1f}", f"{s * per_epoch * 20 / 3600:.2f}"]
+            for name, s, _ in paths]
+    caption = (f"W6 FedCL-NCF, Table 3 settings{' [tiny synthetic]' if args.tiny else ', ml-1m'}: 16 clients/round, "
+               f"{per_epoch} rounds/epoch, {args.rounds} timed rounds after 2 warm-up; {machine(args.device)}; "
+               f"after {args.rounds + 2} rounds from one seed: max |Δ item| fast vs general = {max_diff:.1e}")
+    return write_table(out, "w6", header, rows, caption)
+
+
 # ------------------------------------------------------------------------------------- W4: evaluation
 
 W4_DATA = {"ml-1m": ["dataset=ml-1m"], "gowalla": GOWALLA}
@@ -337,7 +366,7 @@ def plot_w5(out: Path, by_clients, by_items, memory: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workloads", default="w0,w1,w2,w3,w4,w5", help="comma-separated: w0 … w5")
+    parser.add_argument("--workloads", default="w0,w1,w2,w3,w4,w5,w6", help="comma-separated: w0 … w6")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--loop-rounds", type=int, default=3)
     parser.add_argument("--out", default="outputs/bench")
@@ -348,9 +377,10 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     workloads = args.workloads.split(",")
-    unknown = sorted(set(workloads) - {*TRAIN, "w4", "w5"})
+    others = {"w4": bench_w4, "w5": bench_w5, "w6": bench_w6}
+    unknown = sorted(set(workloads) - {*TRAIN, *others})
     if unknown:
-        parser.error(f"--workloads: unknown {', '.join(unknown)}; allowed: w0, w1, w2, w3, w4, w5")
+        parser.error(f"--workloads: unknown {', '.join(unknown)}; allowed: {', '.join([*TRAIN, *others])}")
     if len(workloads) > 1:  # one process per workload: each peak RSS is its own
         for name in workloads:
             command = [sys.executable, __file__, *without_workloads(sys.argv[1:]), "--workloads", name]
@@ -358,7 +388,7 @@ def main() -> int:
                 return 1
         return 0
     name = workloads[0]
-    text = bench_train(TRAIN[name], args, out) if name in TRAIN else (bench_w4 if name == "w4" else bench_w5)(args, out)
+    text = bench_train(TRAIN[name], args, out) if name in TRAIN else others[name](args, out)
     print(text)
     return 0
 

@@ -62,6 +62,10 @@ class BIL(FedCL):
     Config = BILConfig
     needs_negatives = False
 
+    def __init__(self, config: BILConfig, env, **components):
+        super().__init__(config, env, **components)
+        self.uses_fast_path = False  # FedCL's FedSGD pass computes Eq. 1, not this loss: per-client copies
+
     def local_loss(self, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
                    net: dict[str, torch.Tensor]) -> torch.Tensor:
         if problem.sequence is not None:  # one query per target position

@@ -117,7 +117,7 @@ class FCF(FederatedMethod):
         rated_coef = (conf * (1 - score) + score) * mask  # f(u, i) + (x_uᵀy_i) x_u, over x_u
         return SolvedClients(user, loss, rated_coef)
 
-    def fast_round(self, users: torch.Tensor, round_index: int) -> FastRound:
+    def fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None) -> FastRound:
         """The round: every client's Eq. 4, then Σ_u f(u, ·) over the whole catalogue (module docstring)."""
         env, item = self.env, self.public.item
         gram = item.T @ item  # [f, f] YᵀY

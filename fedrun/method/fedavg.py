@@ -35,7 +35,6 @@ from fedrun.sim.local import ClientOptimizer
 from fedrun.sim.rows import gather_rows
 from fedrun.sim.seeding import derive_seed
 from fedrun.sim.server_opt import ServerOptimizerConfig
-from fedrun.types import Aggregate
 
 
 @dataclass
@@ -54,11 +53,7 @@ class FedAvg(FederatedMethod):
     def __init__(self, config: FedAvgConfig, env, **components):
         super().__init__(config, env, **components)
         self.num_negatives = 0 if env.backbone.config.loss == "mse" else config.num_negatives
-        self.uses_fast_path = (
-            env.sim.fast_path == "auto" and env.sim.local_epochs == 1 and config.optimizer.is_plain_sgd
-            and not self.privacy.transforms_uploads and not self.attack.injects
-            and self.defense.linear_weights(torch.ones(1)) is not None
-        )
+        self.uses_fast_path = self.fedsgd_is_exact()
 
     def describe(self) -> dict:
         return {"fedsgd_fast_path": self.uses_fast_path}
@@ -66,13 +61,14 @@ class FedAvg(FederatedMethod):
     def make_server(self, public: PublicParams) -> Server:
         return OptimizerServer(public, self.config.server_optimizer)
 
-    def fast_round(self, users: torch.Tensor, round_index: int) -> FastRound | None:
+    def fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None
+                   ) -> FastRound | None:
         """FedSGD in one pass over the round's examples, unpadded: Σ_c w_c·mean_c(ℓ) is the sum
         over examples of (w_c / |D_c|)·ℓ_e, so examples are processed in chunks of at most
         ``sim.max_slots`` scored items with gradients accumulating on the shared rows."""
         if not self.uses_fast_path:
             return None
-        env, n_neg, lr = self.env, self.num_negatives, self.config.optimizer.lr
+        env, n_neg = self.env, self.num_negatives
         owner, position, items, ratings = env.train.flat(users)  # [N] each
         sizes = env.train.sizes(users).to(torch.float32)  # [B]
         candidates = items.unsqueeze(1)  # [N, 1 + n]: the positive, then its negatives
@@ -81,24 +77,14 @@ class FedAvg(FederatedMethod):
             negatives = sample_flat_negatives(users, owner, position, items, n_neg, env.n_items, seed)
             candidates = torch.cat([candidates, negatives], 1)
         pairs, pair_of = torch.unique(owner.unsqueeze(1) * env.n_items + candidates, return_inverse=True)
-        pair_owner = pairs // env.n_items  # [Q] distinct (client, item) pairs
-        rows, row_of_pair = torch.unique(pairs % env.n_items, return_inverse=True)  # [G] items touched
-        weight = self.defense.linear_weights(sizes)  # [B]
-        if self.defense.normalized:
-            row_weight = torch.zeros(rows.numel(), device=rows.device).index_add_(0, row_of_pair, weight[pair_owner])
-            total_weight = weight.sum()
-        else:
-            row_weight, total_weight = torch.ones(rows.numel(), device=rows.device), 1.0
-        item_leaf = self.public.item[rows].requires_grad_(True)  # [G, di]
-        user_leaf = self.private.user[users].requires_grad_(True)  # [B, du]
-        net_leaf = {k: v.detach().clone().requires_grad_(True) for k, v in self.public.net.items()}
-        coef = (weight / sizes)[owner]  # [N]
+        step = self.fedsgd_pass(users, pairs)
+        coef = (step.weight / sizes)[owner]  # [N]
         losses = torch.zeros(users.numel(), device=users.device)  # [B] each client's mean loss
         per_chunk = max(1, env.sim.max_slots // candidates.shape[1])
         for chunk in torch.split(torch.arange(owner.numel(), device=owner.device), per_chunk):
-            vectors = gather_rows(item_leaf, row_of_pair[pair_of[chunk]])  # [n, 1 + n_neg, di]
-            user_rows = gather_rows(user_leaf, owner[chunk])  # [n, du]
-            scores = env.backbone.score(user_rows, vectors, net_leaf)  # [n, 1 + n_neg]
+            vectors = gather_rows(step.item, step.row_of_pair[pair_of[chunk]])  # [n, 1 + n_neg, di]
+            user_rows = gather_rows(step.user, owner[chunk])  # [n, du]
+            scores = env.backbone.score(user_rows, vectors, step.net)  # [n, 1 + n_neg]
             l2 = env.backbone.config.l2
             example_loss = per_client_loss(
                 env.backbone.config.loss, scores[:, :1], scores[:, 1:].unsqueeze(1) if n_neg else None,
@@ -107,9 +93,4 @@ class FedAvg(FederatedMethod):
                 l2, example_sq_norms(user_rows, vectors, 1) if l2 else None)  # [n]
             (example_loss * coef[chunk]).sum().backward()
             losses.index_add_(0, owner[chunk], example_loss.detach() / sizes[owner[chunk]])
-        with torch.no_grad():
-            self.private.user[users] = user_leaf - lr * user_leaf.grad / weight.unsqueeze(1)
-        item_delta = -lr * item_leaf.grad / row_weight.unsqueeze(1)
-        dense = {k: -lr * v.grad / total_weight for k, v in net_leaf.items()}
-        rows_per_client = torch.bincount(pair_owner, minlength=users.numel())
-        return FastRound(Aggregate(rows, item_delta, dense), losses, rows_per_client)
+        return self.fedsgd_result(step, losses)

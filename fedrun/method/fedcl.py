@@ -16,6 +16,9 @@ position of its (last ``max_len``) sequence with that position's query; in-batch
 are the client's other sequence items (repeats of the target item left out).
 With ``semi_hard=0`` and in-batch negatives off this is the paper's "+Fed" baseline (local
 negatives only, the same training otherwise).
+ID-based backbones with one local plain-SGD step and no upload transform take the FedSGD fast
+path (``fast_round``: one unpadded backward, no per-client weight copies; the same model as
+step 3 on copies, tested; ``sim.fast_path=off`` forces the copies).
 
 Choices where the paper is open (each a config field, logged with the run):
   - Optimisation: "Adam, lr 1e-3, 16 users per update" is read as the server applying
@@ -54,6 +57,7 @@ from fedrun.retrieval.hard_negatives import HardNegativeConfig, HardNegativeServ
 from fedrun.sim import hashrng
 from fedrun.sim.batching import LocalProblem, bucketize, local_problem
 from fedrun.sim.local import ClientOptimizer, slot_rows
+from fedrun.sim.rows import gather_rows
 from fedrun.sim.seeding import derive_seed, generator
 from fedrun.sim.server_opt import ServerOptimizerConfig
 from fedrun.types import EmbeddingUploads
@@ -137,13 +141,14 @@ class FedCL(FederatedMethod):
             width = backbone.item_width if sequential else backbone.user_width  # a query vector / a user row
             self.hard_server = HardNegativeServer(config, backbone, env.n_users, width, env.sim.seed, env.device)
         self.embedding_uploads = torch.zeros(env.n_users, dtype=torch.int64, device=env.device)
+        self.uses_fast_path = not sequential and self.fedsgd_is_exact()
 
     @classmethod
     def shares_embeddings(cls, config: FedCLConfig) -> bool:
         return config.semi_hard > 0
 
     def describe(self) -> dict:
-        return {"in_batch_negatives": self.in_batch}
+        return {"in_batch_negatives": self.in_batch, "fedsgd_fast_path": self.uses_fast_path}
 
     def make_server(self, public: PublicParams) -> Server:
         return OptimizerServer(public, self.config.server_optimizer)
@@ -202,16 +207,81 @@ class FedCL(FederatedMethod):
     def local_negatives(self, batch, round_index: int) -> torch.Tensor:
         """[B, P, n]: for each positive, n picks (with replacement) from the client's fixed store
         (drawn once from the items outside the client's whole history)."""
-        cfg, env = self.config, self.env
-        history = env.train.client_batch(batch.users) if self.sequential else batch  # untruncated
-        store = sample_client_negatives(history.users, history.pos, history.pos_mask, cfg.local_store, env.n_items,
-                                        derive_seed(env.sim.seed, "local-store"))  # [B, S], same every round
         B, P = batch.pos.shape
-        seed = derive_seed(env.sim.seed, "local-picks", round_index)
-        user = batch.users.repeat_interleave(P * self.n_local)
-        position = torch.arange(P * self.n_local, device=user.device).repeat(B)
-        picks = hashrng.randint(seed, [user, position], cfg.local_store).view(B, P * self.n_local)
-        return store.gather(1, picks).view(B, P, self.n_local)
+        owner = torch.arange(B, device=batch.users.device).repeat_interleave(P)
+        position = torch.arange(P, device=batch.users.device).repeat(B)
+        return self.store_picks(self.local_store(batch.users), batch.users, owner, position, round_index).view(
+            B, P, self.n_local)
+
+    def local_store(self, users: torch.Tensor) -> torch.Tensor:
+        """[B, S] each client's simulated local negative store, the same every round (draw k of a
+        user is keyed by the user and k alone)."""
+        env = self.env
+        history = env.train.client_batch(users)  # untruncated
+        return sample_client_negatives(history.users, history.pos, history.pos_mask, self.config.local_store,
+                                       env.n_items, derive_seed(env.sim.seed, "local-store"))
+
+    def store_picks(self, store: torch.Tensor, users: torch.Tensor, owner: torch.Tensor, position: torch.Tensor,
+                    round_index: int) -> torch.Tensor:
+        """[R, n]: the local negatives of positives (owner [R] into ``users``, position [R] within
+        its client), pick k of a positive keyed by (round, user, position·n + k)."""
+        n = self.n_local
+        seed = derive_seed(self.env.sim.seed, "local-picks", round_index)
+        user = users[owner].repeat_interleave(n)
+        slot = (position.unsqueeze(1) * n + torch.arange(n, device=owner.device)).reshape(-1)
+        picks = hashrng.randint(seed, [user, slot], self.config.local_store).view(-1, n)  # [R, n]
+        return store[owner.unsqueeze(1), picks]
+
+    # -- FedSGD fast path (ID-based backbones) ---------------------------------------------------
+    def fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None):
+        """FedSGD (``FedSGDPass``) over the round's positives, unpadded: Σ_c w_c L_c with L_c Eq. 1's
+        mean over client c's positives is Σ_e (w_c / |D_c|)·ℓ_e, each positive e scored against
+        its local negatives and its client's semi-hard negatives ``sent`` [B, T] (scored once per
+        client in a chunk). Same draws and same model as the general path, without per-client
+        copies of the shared weights or padding to the round's largest client."""
+        if not self.uses_fast_path:
+            return None
+        env, B = self.env, users.numel()
+        owner, position, items, _ = env.train.flat(users)  # [N] each
+        sizes = env.train.sizes(users).to(self.public.item.dtype)  # [B]
+        candidates = items.unsqueeze(1)  # [N, 1 + n]: the positive, then its local negatives
+        if self.n_local:
+            local = self.store_picks(self.local_store(users), users, owner, position, round_index)
+            candidates = torch.cat([candidates, local], 1)
+        keys = [(owner.unsqueeze(1) * env.n_items + candidates).reshape(-1)]
+        if sent is not None:
+            sent_keys = torch.arange(B, device=users.device).unsqueeze(1) * env.n_items + sent  # [B, T]
+            keys.append(sent_keys.reshape(-1))
+        pairs, pair_of = torch.unique(torch.cat(keys), return_inverse=True)
+        step = self.fedsgd_pass(users, pairs)
+        n_scored = candidates.numel()
+        example_pair = pair_of[:n_scored].view_as(candidates)  # [N, 1 + n]
+        semi_valid = None
+        if sent is not None:
+            sent_pair = pair_of[n_scored:].view(B, -1)  # [B, T]
+            if self.config.exclude_positives:
+                semi_valid = ~torch.isin(sent_keys, owner * env.n_items + items)  # [B, T]
+        coef = (step.weight / sizes)[owner]  # [N]
+        losses = torch.zeros(B, device=users.device)  # [B] each client's Eq. 1
+        width = candidates.shape[1] + (0 if sent is None else sent.shape[1])
+        for chunk in torch.split(torch.arange(owner.numel(), device=owner.device), max(1, env.sim.max_slots // width)):
+            chunk_owner = owner[chunk]
+            scores = env.backbone.score(gather_rows(step.user, chunk_owner),
+                                        gather_rows(step.item, step.row_of_pair[example_pair[chunk]]),
+                                        step.net)  # [n, 1 + n_local]
+            semi = valid = None
+            if sent is not None:
+                clients, client_of = torch.unique(chunk_owner, return_inverse=True)  # the chunk's clients
+                semi = env.backbone.score(gather_rows(step.user, clients),
+                                          gather_rows(step.item, step.row_of_pair[sent_pair[clients]]),
+                                          step.net)[client_of]  # [n, T]
+                valid = None if semi_valid is None else semi_valid[chunk_owner]
+            local = scores[:, 1:].unsqueeze(1) if self.n_local else None  # [n, 1, n_local]
+            ones = torch.ones(chunk.numel(), 1, dtype=torch.bool, device=chunk.device)
+            example_loss = mixup_loss(scores[:, :1], ones, local, semi, valid, None)  # [n]
+            (example_loss * coef[chunk]).sum().backward()
+            losses.index_add_(0, chunk_owner, example_loss.detach() / sizes[chunk_owner])
+        return self.fedsgd_result(step, losses)
 
     def local_loss(self, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
                    net: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -49,6 +49,25 @@ class FastRound:
 
 
 @dataclass(frozen=True)
+class FedSGDPass:
+    """The leaves of one FedSGD pass (DESIGN.md principle 4). With one local plain-SGD step, no
+    upload transform, no attack and a linear rule, Σ_c w_c Δ_c / W per item row equals
+    −η ∇(Σ_c w_c L_c) / W: every client's weighted loss backpropagates into these shared
+    leaves once, with no per-client copies and no padding."""
+
+    users: torch.Tensor  # [B] the round's clients
+    pair_owner: torch.Tensor  # [Q] client (index into users) of each distinct (client, item) pair
+    row_of_pair: torch.Tensor  # [Q] index into ``rows`` of each pair's item
+    rows: torch.Tensor  # [G] the item ids the round touches
+    weight: torch.Tensor  # [B] w_c, the defense's linear weight of each client
+    row_weight: torch.Tensor  # [G] W per item row: Σ w_c over the clients that touch it (or 1)
+    total_weight: torch.Tensor | float  # W for the shared weights
+    item: torch.Tensor  # [G, di] leaf: the touched public item rows
+    user: torch.Tensor  # [B, du] leaf: the clients' private rows (written back on the client side)
+    net: dict[str, torch.Tensor]  # leaves: the public shared weights
+
+
+@dataclass(frozen=True)
 class Exchange:
     """What the server sends the round's clients before they train (e.g. FedCL's semi-hard
     negatives, [B, T]), what that exchange cost per client, and metrics it reports."""
@@ -158,9 +177,44 @@ class FederatedMethod(Method):
         ``defense`` rule."""
         return self.defense.aggregate(uploads)
 
-    def fast_round(self, users: torch.Tensor, round_index: int) -> FastRound | None:
-        """Optional FedSGD shortcut computing the aggregate directly; None when not exact."""
+    def fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None
+                   ) -> FastRound | None:
+        """Optional FedSGD shortcut computing the aggregate directly (``sent``: what ``exchange``
+        gave the clients); None when not exact."""
         return None
+
+    def fedsgd_is_exact(self) -> bool:
+        """Whether a FedSGD pass gives exactly the general path's aggregate (``FedSGDPass``)."""
+        return (self.env.sim.fast_path == "auto" and self.env.sim.local_epochs == 1
+                and self.config.optimizer.is_plain_sgd and not self.privacy.transforms_uploads
+                and not self.attack.injects and self.defense.linear_weights(torch.ones(1)) is not None)
+
+    def fedsgd_pass(self, users: torch.Tensor, pairs: torch.Tensor) -> FedSGDPass:
+        """The leaves for the round's distinct ``client * n_items + item`` pairs [Q] (sorted)."""
+        n_items = self.env.n_items
+        pair_owner = pairs // n_items
+        rows, row_of_pair = torch.unique(pairs % n_items, return_inverse=True)  # [G], [Q]
+        weight = self.defense.linear_weights(self.env.train.sizes(users).to(self.public.item.dtype))  # [B]
+        if self.defense.normalized:
+            row_weight = weight.new_zeros(rows.numel()).index_add_(0, row_of_pair, weight[pair_owner])
+            total_weight = weight.sum()
+        else:
+            row_weight, total_weight = torch.ones(rows.numel(), device=rows.device), 1.0
+        net = {k: v.detach().clone().requires_grad_(True) for k, v in self.public.net.items()}
+        return FedSGDPass(users, pair_owner, row_of_pair, rows, weight, row_weight, total_weight,
+                          self.public.item[rows].requires_grad_(True), self.private.user[users].requires_grad_(True),
+                          net)
+
+    def fedsgd_result(self, step: FedSGDPass, losses: torch.Tensor) -> FastRound:
+        """After ``backward`` of Σ_c w_c L_c: the clients' new private rows (written on the client
+        side), the aggregate and the rows each client touched; ``losses`` [B] each client's L_c."""
+        lr = self.config.optimizer.lr
+        with torch.no_grad():
+            self.private.user[step.users] = step.user - lr * step.user.grad / step.weight.unsqueeze(1)
+        item_delta = -lr * step.item.grad / step.row_weight.unsqueeze(1)
+        dense = {k: -lr * v.grad / step.total_weight for k, v in step.net.items()}
+        rows_per_client = torch.bincount(step.pair_owner, minlength=step.users.numel())
+        return FastRound(Aggregate(step.rows, item_delta, dense), losses, rows_per_client)
 
     # -- the round -----------------------------------------------------------------------
     def rounds_per_epoch(self) -> int:
@@ -185,13 +239,12 @@ class FederatedMethod(Method):
     def train_round(self, round_index: int) -> RoundStats:
         users = self.sampler.users(round_index)
         ctx = RoundContext(round_index, round_index // self.rounds_per_epoch(), int(users.numel()))
-        fast = self.fast_round(users, round_index)  # methods with an exchange have no fast path
-        exchange = Exchange()
+        exchange = self.exchange(users, round_index)
+        fast = self.fast_round(users, round_index, exchange.sent)
         if fast is not None:
             aggregate, losses, rows = fast.aggregate, fast.losses, fast.rows_per_client
             bytes_up = self.upload_bytes(rows)
         else:
-            exchange = self.exchange(users, round_index)
             problems = self.problems(users, round_index, exchange.sent)
             uploads, losses = self.client_phase(problems, ctx)
             rows = torch.cat([p.item_mask.sum(1) for p in problems])
