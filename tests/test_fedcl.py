@@ -160,22 +160,28 @@ def test_fedcl_learns_on_synthetic_data():
     assert int(method.embedding_uploads.sum()) == sum(method.sampler.users(r).numel() for r in range(40))
 
 
-@pytest.mark.parametrize("backbone", ["mf", "ncf"])
-@pytest.mark.parametrize("row", [[], ["method.exclude_positives=false"], ["method.semi_hard=0", "privacy=none"],
-                                 ["defense=mean", "defense.weighting=data_size"]],
-                         ids=["fedcl", "keep-positives", "fed", "data-size"])
+FAST_CASES = {
+    "fedcl": [], "keep-positives": ["method.exclude_positives=false"], "fed": ["method.semi_hard=0", "privacy=none"],
+    "data-size": ["defense=mean", "defense.weighting=data_size"], "bil": ["method.spread_weight=0.5"],
+}
+
+
+@pytest.mark.parametrize("backbone,row", [(b, r) for b in ("mf", "ncf") for r in FAST_CASES]
+                         + [(b, r) for b in ("gru4rec", "bert4rec") for r in ("fedcl", "data-size", "bil")])
 def test_fedsgd_fast_path_equals_the_general_path(backbone, row):
-    """Same draws, same model: the unpadded FedSGD pass against per-client copies in 3 buckets.
-    float64, since the server's Adam turns float32 summation noise in near-zero gradients into ±lr steps."""
+    """Same draws, same model: the FedSGD pass (unpadded for Eq. 1 on ID-based backbones, per bucket
+    otherwise) against per-client copies in 3 buckets. float64, since the server's Adam turns
+    float32 summation noise in near-zero gradients into ±lr steps."""
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
-        common = FEDCL + [f"backbone={backbone}", "method.semi_hard=8", "sim.clients_per_round=16", "sim.buckets=3",
-                          "sim.min_bucket_clients=1", *row]
+        base = ["method=bil"] if row == "bil" else FEDCL + ["method.semi_hard=8"]
+        common = base + [f"backbone={backbone}", "sim.clients_per_round=16", "sim.buckets=3",
+                         "sim.min_bucket_clients=1", *FAST_CASES[row]]
         fast, _ = make_method(common)
         slow, _ = make_method(common + ["sim.fast_path=off"])
         assert fast.uses_fast_path and not slow.uses_fast_path
-        for r in range(5):  # reclusters every 2 rounds: the semi-hard sets follow the trained user rows
+        for r in range(5):  # reclusters every 2 rounds: the semi-hard sets follow the trained model
             assert fast.train_round(r).loss == pytest.approx(slow.train_round(r).loss, rel=1e-9)
         torch.testing.assert_close(fast.public.item, slow.public.item)
         torch.testing.assert_close(fast.private.user, slow.private.user)
@@ -190,7 +196,7 @@ def test_fast_path_is_off_where_not_exact():
     assert not make_method(FEDCL + ["sim.local_epochs=2"])[0].uses_fast_path
     assert not make_method(FEDCL + ["method.optimizer.name=adam"])[0].uses_fast_path
     assert not make_method(FEDCL + ["privacy.targets=[user_embedding,item_rows]"])[0].uses_fast_path
-    assert not make_method(FEDCL + ["backbone=gru4rec"])[0].uses_fast_path
+    assert not make_method(FEDCL + ["backbone=gru4rec", "sim.local_epochs=2"])[0].uses_fast_path
 
 
 def run_server_phase(method, env, rounds=3):

@@ -62,9 +62,7 @@ class BIL(FedCL):
     Config = BILConfig
     needs_negatives = False
 
-    def __init__(self, config: BILConfig, env, **components):
-        super().__init__(config, env, **components)
-        self.uses_fast_path = False  # FedCL's FedSGD pass computes Eq. 1, not this loss: per-client copies
+    unpadded_fast_path = False  # the spread-out term couples a client's item rows: the bucketed pass
 
     def local_loss(self, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
                    net: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -77,7 +77,7 @@ class FedAvg(FederatedMethod):
             negatives = sample_flat_negatives(users, owner, position, items, n_neg, env.n_items, seed)
             candidates = torch.cat([candidates, negatives], 1)
         pairs, pair_of = torch.unique(owner.unsqueeze(1) * env.n_items + candidates, return_inverse=True)
-        step = self.fedsgd_pass(users, pairs)
+        step = self.fedsgd_pass(users, pairs, sizes)
         coef = (step.weight / sizes)[owner]  # [N]
         losses = torch.zeros(users.numel(), device=users.device)  # [B] each client's mean loss
         per_chunk = max(1, env.sim.max_slots // candidates.shape[1])

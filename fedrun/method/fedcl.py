@@ -16,9 +16,10 @@ position of its (last ``max_len``) sequence with that position's query; in-batch
 are the client's other sequence items (repeats of the target item left out).
 With ``semi_hard=0`` and in-batch negatives off this is the paper's "+Fed" baseline (local
 negatives only, the same training otherwise).
-ID-based backbones with one local plain-SGD step and no upload transform take the FedSGD fast
-path (``fast_round``: one unpadded backward, no per-client weight copies; the same model as
-step 3 on copies, tested; ``sim.fast_path=off`` forces the copies).
+With one local plain-SGD step and no upload transform the round takes the FedSGD fast path
+(``fast_round``: one backward on the shared weights, no per-client copies; unpadded for
+ID-based backbones; the same model as step 3 on copies, tested; ``sim.fast_path=off`` forces
+the copies).
 
 Choices where the paper is open (each a config field, logged with the run):
   - Optimisation: "Adam, lr 1e-3, 16 users per update" is read as the server applying
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
@@ -113,6 +115,7 @@ def mixup_loss(pos: torch.Tensor, mask: torch.Tensor, local: torch.Tensor | None
 
 class FedCL(FederatedMethod):
     Config = FedCLConfig
+    unpadded_fast_path: ClassVar[bool] = True  # local_loss is Eq. 1 per positive (subclasses may differ)
     needs_negatives = True  # Eq. 1 is a softmax over the positive and its negatives
     supports_sequential = True
 
@@ -141,7 +144,7 @@ class FedCL(FederatedMethod):
             width = backbone.item_width if sequential else backbone.user_width  # a query vector / a user row
             self.hard_server = HardNegativeServer(config, backbone, env.n_users, width, env.sim.seed, env.device)
         self.embedding_uploads = torch.zeros(env.n_users, dtype=torch.int64, device=env.device)
-        self.uses_fast_path = not sequential and self.fedsgd_is_exact()
+        self.uses_fast_path = self.fedsgd_is_exact()
 
     @classmethod
     def shares_embeddings(cls, config: FedCLConfig) -> bool:
@@ -232,15 +235,21 @@ class FedCL(FederatedMethod):
         picks = hashrng.randint(seed, [user, slot], self.config.local_store).view(-1, n)  # [R, n]
         return store[owner.unsqueeze(1), picks]
 
-    # -- FedSGD fast path (ID-based backbones) ---------------------------------------------------
+    # -- FedSGD fast path ------------------------------------------------------------------------
     def fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None):
-        """FedSGD (``FedSGDPass``) over the round's positives, unpadded: Σ_c w_c L_c with L_c Eq. 1's
-        mean over client c's positives is Σ_e (w_c / |D_c|)·ℓ_e, each positive e scored against
-        its local negatives and its client's semi-hard negatives ``sent`` [B, T] (scored once per
-        client in a chunk). Same draws and same model as the general path, without per-client
-        copies of the shared weights or padding to the round's largest client."""
+        """The round as one FedSGD pass (``FedSGDPass``) when exact: unpadded for Eq. 1 on ID-based
+        backbones, per bucket otherwise. Same draws and same model as the general path."""
         if not self.uses_fast_path:
             return None
+        if self.sequential or not self.unpadded_fast_path:
+            return self.bucketed_fast_round(users, round_index, sent)
+        return self.unpadded_fast_round(users, round_index, sent)
+
+    def unpadded_fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None):
+        """Σ_c w_c L_c with L_c Eq. 1's mean over client c's positives is Σ_e (w_c / |D_c|)·ℓ_e:
+        each positive e is scored against its local negatives and its client's semi-hard
+        negatives ``sent`` [B, T] (scored once per client in a chunk), with no per-client copies
+        of the shared weights and no padding to the round's largest client."""
         env, B = self.env, users.numel()
         owner, position, items, _ = env.train.flat(users)  # [N] each
         sizes = env.train.sizes(users).to(self.public.item.dtype)  # [B]
@@ -253,7 +262,7 @@ class FedCL(FederatedMethod):
             sent_keys = torch.arange(B, device=users.device).unsqueeze(1) * env.n_items + sent  # [B, T]
             keys.append(sent_keys.reshape(-1))
         pairs, pair_of = torch.unique(torch.cat(keys), return_inverse=True)
-        step = self.fedsgd_pass(users, pairs)
+        step = self.fedsgd_pass(users, pairs, sizes)
         n_scored = candidates.numel()
         example_pair = pair_of[:n_scored].view_as(candidates)  # [N, 1 + n]
         semi_valid = None
@@ -282,6 +291,28 @@ class FedCL(FederatedMethod):
             (example_loss * coef[chunk]).sum().backward()
             losses.index_add_(0, chunk_owner, example_loss.detach() / sizes[chunk_owner])
         return self.fedsgd_result(step, losses)
+
+    def bucketed_fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None):
+        """The general path's buckets and ``local_loss``, each client's item table gathered from the
+        shared leaves (not copied) and the shared weights used as they are: one backward of
+        Σ_c w_c L_c per bucket (sequential backbones, BIL)."""
+        problems = self.problems(users, round_index, sent)
+        order = torch.cat([p.batch.users for p in problems])  # [B] the clients in bucket order
+        n_items, starts = self.env.n_items, torch.tensor([0, *[p.batch.size for p in problems]]).cumsum(0).tolist()
+        keys = [((start + torch.arange(p.batch.size, device=users.device)).unsqueeze(1) * n_items + p.items)
+                for start, p in zip(starts, problems)]  # [b, Lu] each
+        pairs = torch.unique(torch.cat([k[p.item_mask] for k, p in zip(keys, problems)]))
+        step = self.fedsgd_pass(order, pairs, torch.cat([p.weight for p in problems]))
+        losses = []
+        for start, key, problem in zip(starts, keys, problems):
+            client = torch.arange(start, start + problem.batch.size, device=users.device)
+            pair = torch.searchsorted(pairs, key).clamp_max(pairs.numel() - 1)  # padding slots: masked below
+            table = gather_rows(step.item, step.row_of_pair[pair])  # [b, Lu, di]
+            table = torch.where(problem.item_mask.unsqueeze(-1), table, torch.zeros_like(table))
+            loss = self.local_loss(problem, gather_rows(step.user, client), table, step.net)  # [b]
+            (loss * step.weight[client]).sum().backward()
+            losses.append(loss.detach())
+        return self.fedsgd_result(step, torch.cat(losses))
 
     def local_loss(self, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
                    net: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -189,12 +189,13 @@ class FederatedMethod(Method):
                 and self.config.optimizer.is_plain_sgd and not self.privacy.transforms_uploads
                 and not self.attack.injects and self.defense.linear_weights(torch.ones(1)) is not None)
 
-    def fedsgd_pass(self, users: torch.Tensor, pairs: torch.Tensor) -> FedSGDPass:
-        """The leaves for the round's distinct ``client * n_items + item`` pairs [Q] (sorted)."""
+    def fedsgd_pass(self, users: torch.Tensor, pairs: torch.Tensor, data_size: torch.Tensor) -> FedSGDPass:
+        """The leaves for the round's distinct ``client * n_items + item`` pairs [Q] (sorted; client
+        an index into ``users``); ``data_size`` [B] what the general path's uploads weigh."""
         n_items = self.env.n_items
         pair_owner = pairs // n_items
         rows, row_of_pair = torch.unique(pairs % n_items, return_inverse=True)  # [G], [Q]
-        weight = self.defense.linear_weights(self.env.train.sizes(users).to(self.public.item.dtype))  # [B]
+        weight = self.defense.linear_weights(data_size.to(self.public.item.dtype))  # [B]
         if self.defense.normalized:
             row_weight = weight.new_zeros(rows.numel()).index_add_(0, row_of_pair, weight[pair_owner])
             total_weight = weight.sum()
@@ -209,8 +210,9 @@ class FederatedMethod(Method):
         """After ``backward`` of Σ_c w_c L_c: the clients' new private rows (written on the client
         side), the aggregate and the rows each client touched; ``losses`` [B] each client's L_c."""
         lr = self.config.optimizer.lr
-        with torch.no_grad():
-            self.private.user[step.users] = step.user - lr * step.user.grad / step.weight.unsqueeze(1)
+        if step.user.grad is not None:  # (sequential backbones infer the user from the history instead)
+            with torch.no_grad():
+                self.private.user[step.users] = step.user - lr * step.user.grad / step.weight.unsqueeze(1)
         item_delta = -lr * step.item.grad / step.row_weight.unsqueeze(1)
         dense = {k: -lr * v.grad / step.total_weight for k, v in step.net.items()}
         rows_per_client = torch.bincount(step.pair_owner, minlength=step.users.numel())
