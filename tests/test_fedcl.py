@@ -14,6 +14,7 @@ from sklearn.cluster import AgglomerativeClustering
 from fedrun.errors import ConfigError
 from fedrun.retrieval.cluster import cluster
 from fedrun.retrieval.search import faiss_available, top_k_inner_product, top_k_scores
+from fedrun.sim.runner import NumericalError
 from tests.conftest import make_method
 from tests.test_privacy_boundary import Poison, PrivacyViolation, reachable
 
@@ -190,6 +191,23 @@ def test_fedsgd_fast_path_equals_the_general_path(backbone, row):
         assert (fast.public.item - make_method(common)[0].public.item).abs().max() > 1e-3  # the model did move
     finally:
         torch.set_default_dtype(previous)
+
+
+def test_non_finite_user_rows_from_the_fast_path_are_named(monkeypatch):
+    """The FedSGD pass writes the clients' private rows itself: checked as on the general path, so
+    a diverging run stops with a named error before the server clusters their next uploads."""
+    method, _ = make_method(FEDCL)
+    assert method.uses_fast_path
+    fast_round = method.fast_round
+
+    def diverging(users, round_index, sent=None):
+        result = fast_round(users, round_index, sent)
+        method.private.user[users[0]] = float("inf")
+        return result
+
+    monkeypatch.setattr(method, "fast_round", diverging)
+    with pytest.raises(NumericalError, match=r"the client step \(FedCL\).* round 0"):
+        method.train_round(0)
 
 
 def test_fast_path_is_off_where_not_exact():

@@ -244,6 +244,7 @@ class FederatedMethod(Method):
         exchange = self.exchange(users, round_index)
         fast = self.fast_round(users, round_index, exchange.sent)
         if fast is not None:
+            check_finite(self.private.user[users], f"the client step ({type(self).__name__})", round_index)
             aggregate, losses, rows = fast.aggregate, fast.losses, fast.rows_per_client
             bytes_up = self.upload_bytes(rows)
         else:
