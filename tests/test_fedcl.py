@@ -210,6 +210,15 @@ def test_non_finite_user_rows_from_the_fast_path_are_named(monkeypatch):
         method.train_round(0)
 
 
+def test_non_finite_embedding_uploads_are_named_before_clustering():
+    method, _ = make_method(FEDCL)
+    users = method.sampler.users(0)
+    uploads = method.upload_embeddings(users, 0)
+    uploads.vectors[0, 0] = float("-inf")
+    with pytest.raises(NumericalError, match=r"the uploaded user embeddings .* round 0"):
+        method.hard_server.receive(uploads, 0)
+
+
 def test_fast_path_is_off_where_not_exact():
     assert not make_method(FEDCL + ["sim.local_epochs=2"])[0].uses_fast_path
     assert not make_method(FEDCL + ["method.optimizer.name=adam"])[0].uses_fast_path

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from fedrun.errors import ConfigError
-from fedrun.privacy.ldp import LDP, LDPConfig, clip_rows, noise_scale
+from fedrun.privacy.ldp import LDP, LDPConfig, clip_rows, noise_scale, sample_noise
 from fedrun.types import Uploads
 
 ORDERS = {"l1": 1.0, "l2": 2.0, "linf": math.inf}
@@ -53,6 +53,14 @@ def test_laplace_noise_matches_its_distribution(epsilon):
     assert float(noise.abs().mean()) == pytest.approx(scale, rel=0.02)  # E|X| = b
     # a mis-calibrated scale (off by 10%) is rejected by the same test: the check has power
     assert stats.kstest(noise.numpy(), "laplace", args=(0, 1.1 * scale)).pvalue < 1e-6
+
+
+def test_laplace_noise_is_finite_at_the_edge_of_the_uniform_draw(monkeypatch):
+    """torch.rand can return exactly 0 (2⁻²⁴ in float32), which inversion would turn into −∞."""
+    monkeypatch.setattr(torch, "rand", lambda shape, **kwargs: torch.zeros(shape))
+    noise = sample_noise(torch.Size([3, 4]), "laplace", 0.5, torch.Generator(), torch.device("cpu"))
+    assert torch.isfinite(noise).all()
+    assert noise.abs().max() == pytest.approx(0.5 * math.log(2 ** 23), rel=1e-6)  # the largest draw possible
 
 
 def test_gaussian_noise_matches_its_distribution():

@@ -68,8 +68,11 @@ def sample_noise(shape: torch.Size, mechanism: str, scale: float, generator: tor
                  device: torch.device) -> torch.Tensor:
     if mechanism == "gaussian":
         return torch.randn(shape, generator=generator, device=device) * scale
-    # Laplace by inversion: u ~ U(-1/2, 1/2), x = -b · sign(u) · ln(1 - 2|u|)
-    uniform = torch.rand(shape, generator=generator, device=device) - 0.5
+    # Laplace by inversion: u ~ U(-1/2, 1/2), x = -b · sign(u) · ln(1 - 2|u|). torch.rand is on [0, 1):
+    # a draw of exactly 0 (2⁻²⁴ in float32: a few times per long FedCL run) would give u = -1/2 and
+    # x = -∞, so it becomes the smallest positive draw (every other draw unchanged)
+    draw = torch.rand(shape, generator=generator, device=device)
+    uniform = draw.clamp_min(torch.finfo(draw.dtype).eps / 2) - 0.5
     return -scale * torch.sign(uniform) * torch.log1p(-2 * uniform.abs())
 
 

@@ -27,6 +27,7 @@ from fedrun.backbone.base import Backbone, PublicParams
 from fedrun.errors import check, check_choice, check_fraction
 from fedrun.retrieval.cluster import METHODS, Clusters, cluster
 from fedrun.retrieval.search import ENGINES, top_k_inner_product, top_k_scores
+from fedrun.sim.guards import check_finite
 from fedrun.sim.seeding import derive_seed, generator
 from fedrun.types import EmbeddingUploads
 
@@ -67,6 +68,7 @@ class HardNegativeServer:
         self.cluster_seconds = 0.0  # time spent clustering (logged)
 
     def receive(self, uploads: EmbeddingUploads, round_index: int) -> None:
+        check_finite(uploads.vectors, "the uploaded user embeddings", round_index)  # before they reach the cache
         self.cache[uploads.users] = uploads.vectors
         self.known[uploads.users] = True
         self.assign[uploads.users] = -1
