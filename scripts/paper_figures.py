@@ -1,6 +1,8 @@
 """A paper's figures from the runs of ``fedrun -m +experiment=<paper>/<figN>`` (FedCL Figures 3–9,
 LightFR Figures 4–6): test HR@10 and NDCG@10 against the swept setting (the preset's ``figure.x``),
 one line (or bar group) per backbone, mean ± std over seeds, one panel per dataset and metric.
+Where the preset names a ``figure.reference`` (the paper's setting), every other value is compared
+with it paired over the seeds both ran: mean difference and a paired t-test (``<figN>-paired.csv``).
 
     python scripts/paper_figures.py fedcl/fig5 [lightfr/fig4 ...] [--out docs/reproductions/<paper>]
 """
@@ -17,6 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
+from scipy import stats  # noqa: E402
 
 from fedrun.cli import config_dir  # noqa: E402
 from fedrun.report.cli import collect  # noqa: E402
@@ -25,24 +28,33 @@ from fedrun.track.mlflow import default_uri  # noqa: E402
 METRICS = ("test_hr_at_10", "test_ndcg_at_10")
 
 
-def swept_setting(preset_name: str) -> str:
-    """The preset's ``figure.x``; ``preset_name`` is ``<paper>/<figN>`` under conf/experiment."""
+def figure_settings(preset_name: str) -> tuple[str, str | None]:
+    """The preset's ``figure.x`` and ``figure.reference`` (None when it names none); ``preset_name``
+    is ``<paper>/<figN>`` under conf/experiment."""
     path = Path(config_dir()) / "experiment" / f"{preset_name}.yaml"
     if not path.is_file():
         raise SystemExit(f"no figure preset {preset_name!r}: expected {path} (e.g. fedcl/fig5, lightfr/fig4)")
     preset = OmegaConf.load(path)
     if "figure" not in preset:
         raise SystemExit(f"{preset_name!r} is not a figure preset: it has no 'figure.x' (the swept setting)")
-    return str(preset.figure.x)
+    reference = preset.figure.get("reference")
+    return str(preset.figure.x), None if reference is None else str(reference)
 
 
-def curves(frame: pd.DataFrame, x: str) -> pd.DataFrame:
-    """Finished runs → one row per (dataset, backbone, x): mean, std and count of each metric over seeds."""
+def finished(frame: pd.DataFrame, x: str) -> pd.DataFrame:
+    """Finished runs with short ``x``, ``backbone``, ``dataset`` and ``seed`` columns."""
     done = frame[frame["status"] == "FINISHED"].copy()
     column = "param:choices.row" if x == "row" else f"param:{x}"
     done["x"] = done[column].astype(str).str.split("/").str[-1]
     done["backbone"] = done["param:choices.backbone"].astype(str).str.split("/").str[-1]
     done["dataset"] = done["param:choices.dataset"].astype(str)
+    done["seed"] = done["param:sim.seed"].astype(str)
+    return done
+
+
+def curves(frame: pd.DataFrame, x: str) -> pd.DataFrame:
+    """Finished runs → one row per (dataset, backbone, x): mean, std and count of each metric over seeds."""
+    done = finished(frame, x)
     grouped = done.groupby(["dataset", "backbone", "x"])[[f"metric:{m}" for m in METRICS]]
     out = grouped.agg(["mean", "std", "count"])
     out.columns = [f"{m.split(':')[1]}_{s}" for m, s in out.columns]
@@ -50,6 +62,35 @@ def curves(frame: pd.DataFrame, x: str) -> pd.DataFrame:
     if numeric(out["x"]):  # 8, 16, 32, 64 rather than "16" < "32" < "64" < "8"
         out = out.sort_values(["dataset", "backbone", "x"], key=lambda c: pd.to_numeric(c) if c.name == "x" else c)
     return out.reset_index(drop=True)
+
+
+def same_value(values: pd.Series, reference: str) -> pd.Series:
+    """Which ``values`` equal ``reference`` (numerically where both are numbers: 4 = 4.0)."""
+    as_number = pd.to_numeric(values, errors="coerce")
+    ref_number = pd.to_numeric(pd.Series([reference]), errors="coerce")[0]
+    return as_number == ref_number if not pd.isna(ref_number) and as_number.notna().all() else values == reference
+
+
+def paired(frame: pd.DataFrame, x: str, reference: str) -> pd.DataFrame:
+    """Each value of ``x`` against ``reference`` per (dataset, backbone), over the seeds both ran:
+    mean paired difference of each metric and the paired t-test's two-sided p (two seeds or more)."""
+    done = finished(frame, x)
+    rows = []
+    for (dataset, backbone), part in done.groupby(["dataset", "backbone"]):
+        is_ref = same_value(part["x"], reference)
+        base = part[is_ref].drop_duplicates("seed", keep="last").set_index("seed")
+        for value, other in part[~is_ref].groupby("x", sort=False):
+            other = other.drop_duplicates("seed", keep="last").set_index("seed")
+            seeds = sorted(set(base.index) & set(other.index))
+            row = {"dataset": dataset, "backbone": backbone, "x": value, "vs": reference, "seeds": len(seeds)}
+            for metric in METRICS:
+                diff = other.loc[seeds, f"metric:{metric}"] - base.loc[seeds, f"metric:{metric}"]
+                row[f"{metric}_diff"] = diff.mean() if seeds else float("nan")
+                row[f"{metric}_p"] = (stats.ttest_rel(other.loc[seeds, f"metric:{metric}"],
+                                                      base.loc[seeds, f"metric:{metric}"]).pvalue
+                                      if len(seeds) >= 2 else float("nan"))
+            rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def numeric(values: pd.Series) -> bool:
@@ -97,18 +138,25 @@ def main() -> None:
     args = parser.parse_args()
     client = MlflowClient(args.uri or default_uri())
     for preset_name in args.figures:
-        x = swept_setting(preset_name)
+        x, reference = figure_settings(preset_name)
         paper, figure = preset_name.split("/", 1)
         experiment = client.get_experiment_by_name(f"{paper}-{figure}")
         if experiment is None:
             raise SystemExit(f"no experiment named '{paper}-{figure}': run fedrun -m +experiment={preset_name} first")
         out = Path(args.out or f"docs/reproductions/{paper}")
         out.mkdir(parents=True, exist_ok=True)
-        table = curves(collect(client, experiment.experiment_id), x)
+        runs = collect(client, experiment.experiment_id)
+        table = curves(runs, x)
         table.to_csv(out / f"{figure}.csv", index=False)
         plot(table, x, f"{paper} {figure}: test metrics vs {x}", out / f"{figure}.png")
         print(table.to_string(index=False))
-        print(f"written: {out / f'{figure}.csv'}, {out / f'{figure}.png'}")
+        written = [out / f"{figure}.csv", out / f"{figure}.png"]
+        if reference is not None:
+            comparison = paired(runs, x, reference)
+            comparison.to_csv(out / f"{figure}-paired.csv", index=False, float_format="%.4g")
+            print(f"\npaired over seeds against {x} = {reference}:\n{comparison.to_string(index=False)}")
+            written.append(out / f"{figure}-paired.csv")
+        print("written:", ", ".join(map(str, written)))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
+from scipy import stats
 
 from tests.conftest import needs_data
 
@@ -44,10 +47,29 @@ def test_figure_script_names_a_missing_preset():
     figures = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(figures)
     with pytest.raises(SystemExit, match="no figure preset 'lightfr/fig99'"):
-        figures.swept_setting("lightfr/fig99")
+        figures.figure_settings("lightfr/fig99")
     with pytest.raises(SystemExit, match="not a figure preset"):
-        figures.swept_setting("lightfr/table5")
-    assert figures.swept_setting("lightfr/fig6") == "sim.clients_per_round"
+        figures.figure_settings("lightfr/table5")
+    assert figures.figure_settings("lightfr/fig6") == ("sim.clients_per_round", None)
+    assert figures.figure_settings("fedcl/fig6") == ("privacy.epsilon", "4.0")
+
+
+def test_paired_comparison_against_the_papers_setting():
+    """Per seed both ran: x − reference, and the paired t-test (the reference matched as a number)."""
+    spec = importlib.util.spec_from_file_location("paper_figures", ROOT / "scripts" / "paper_figures.py")
+    figures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(figures)
+    hr = {("4", "1"): .10, ("4", "2"): .12, ("4", "3"): .11, ("8", "1"): .12, ("8", "2"): .13, ("8", "3"): .14,
+          ("1", "1"): .09}
+    runs = pd.DataFrame([{"status": "FINISHED", "param:privacy.epsilon": eps, "param:sim.seed": seed,
+                          "param:choices.backbone": "fedcl/gru4rec", "param:choices.dataset": "ml-1m",
+                          "metric:test_hr_at_10": value, "metric:test_ndcg_at_10": value / 2}
+                         for (eps, seed), value in hr.items()])
+    table = figures.paired(runs, "privacy.epsilon", "4.0").set_index("x")
+    assert table.loc["8", "seeds"] == 3 and table.loc["8", "test_hr_at_10_diff"] == pytest.approx(.02)
+    expected = stats.ttest_rel([.12, .13, .14], [.10, .12, .11]).pvalue
+    assert table.loc["8", "test_hr_at_10_p"] == pytest.approx(expected)
+    assert table.loc["1", "seeds"] == 1 and np.isnan(table.loc["1", "test_hr_at_10_p"])  # one seed: no test
 
 
 def test_lightfr_costs_count_the_exchanged_bytes(tmp_path):
