@@ -61,7 +61,6 @@ def positive_only_loss(scores: torch.Tensor, weight: torch.Tensor) -> torch.Tens
 class BIL(FedCL):
     Config = BILConfig
     needs_negatives = False
-
     unpadded_fast_path = False  # the spread-out term couples a client's item rows: the bucketed pass
 
     def local_loss(self, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,

@@ -62,7 +62,7 @@ from fedrun.sim.local import ClientOptimizer, slot_rows
 from fedrun.sim.rows import gather_rows
 from fedrun.sim.seeding import derive_seed, generator
 from fedrun.sim.server_opt import ServerOptimizerConfig
-from fedrun.types import EmbeddingUploads
+from fedrun.types import ClientBatch, EmbeddingUploads
 
 
 @dataclass
@@ -213,14 +213,14 @@ class FedCL(FederatedMethod):
         B, P = batch.pos.shape
         owner = torch.arange(B, device=batch.users.device).repeat_interleave(P)
         position = torch.arange(P, device=batch.users.device).repeat(B)
-        return self.store_picks(self.local_store(batch.users), batch.users, owner, position, round_index).view(
+        history = self.env.train.client_batch(batch.users) if self.sequential else batch  # untruncated
+        return self.store_picks(self.local_store(history), batch.users, owner, position, round_index).view(
             B, P, self.n_local)
 
-    def local_store(self, users: torch.Tensor) -> torch.Tensor:
-        """[B, S] each client's simulated local negative store, the same every round (draw k of a
-        user is keyed by the user and k alone)."""
+    def local_store(self, history: ClientBatch) -> torch.Tensor:
+        """[B, S] each client's simulated local negative store, from its whole (untruncated) training
+        history; the same every round (draw k of a user is keyed by the user and k alone)."""
         env = self.env
-        history = env.train.client_batch(users)  # untruncated
         return sample_client_negatives(history.users, history.pos, history.pos_mask, self.config.local_store,
                                        env.n_items, derive_seed(env.sim.seed, "local-store"))
 
@@ -255,7 +255,8 @@ class FedCL(FederatedMethod):
         sizes = env.train.sizes(users).to(self.public.item.dtype)  # [B]
         candidates = items.unsqueeze(1)  # [N, 1 + n]: the positive, then its local negatives
         if self.n_local:
-            local = self.store_picks(self.local_store(users), users, owner, position, round_index)
+            store = self.local_store(env.train.client_batch(users))  # [B, S]
+            local = self.store_picks(store, users, owner, position, round_index)
             candidates = torch.cat([candidates, local], 1)
         keys = [(owner.unsqueeze(1) * env.n_items + candidates).reshape(-1)]
         if sent is not None:

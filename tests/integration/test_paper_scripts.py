@@ -42,10 +42,16 @@ def test_figure_preset_sweep_is_drawn(tmp_path):
     assert all(p["dataset"] == "filmtrust" and p["test_hr_at_10_count"] == "1" for p in points)  # one seed each
 
 
-def test_figure_script_names_a_missing_preset():
+def paper_figures():
+    """scripts/paper_figures.py as a module (scripts/ is not a package)."""
     spec = importlib.util.spec_from_file_location("paper_figures", ROOT / "scripts" / "paper_figures.py")
-    figures = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(figures)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_figure_script_names_a_missing_preset():
+    figures = paper_figures()
     with pytest.raises(SystemExit, match="no figure preset 'lightfr/fig99'"):
         figures.figure_settings("lightfr/fig99")
     with pytest.raises(SystemExit, match="not a figure preset"):
@@ -56,9 +62,7 @@ def test_figure_script_names_a_missing_preset():
 
 def test_paired_comparison_against_the_papers_setting():
     """Per seed both ran: x − reference, and the paired t-test (the reference matched as a number)."""
-    spec = importlib.util.spec_from_file_location("paper_figures", ROOT / "scripts" / "paper_figures.py")
-    figures = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(figures)
+    figures = paper_figures()
     hr = {("4", "1"): .10, ("4", "2"): .12, ("4", "3"): .11, ("8", "1"): .12, ("8", "2"): .13, ("8", "3"): .14,
           ("1", "1"): .09}
     runs = pd.DataFrame([{"status": "FINISHED", "param:privacy.epsilon": eps, "param:sim.seed": seed,
