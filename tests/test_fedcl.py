@@ -291,9 +291,9 @@ def test_bad_fedcl_settings_are_named_before_training(overrides, field):
 
 
 def test_bil_loss_equals_a_direct_computation():
-    from fedrun.method.bil import spread_out
-
-    method, env = make_method(["method=bil", "backbone=mf", "method.spread_weight=0.5", "sim.clients_per_round=8"])
+    """Ning et al.'s hinge on the cosine of the user row and each positive, per client."""
+    method, env = make_method(["method=bil", "backbone=mf", "sim.clients_per_round=8"])
+    assert method.cosine
     users = method.sampler.users(0)
     for problem in method.problems(users, 0):
         batch = problem.batch
@@ -302,13 +302,59 @@ def test_bil_loss_equals_a_direct_computation():
         for b in range(batch.size):
             pos = batch.pos[b][batch.pos_mask[b]]
             user = method.private.user[batch.users[b]]
-            positive = torch.nn.functional.softplus(-(method.public.item[pos] @ user)).mean()
-            items = sorted(set(pos.tolist()))
-            pairs = [float(method.public.item[k] @ method.public.item[m]) ** 2 for k in items for m in items if k != m]
-            expected = float(positive) + 0.5 * (sum(pairs) / len(pairs) if pairs else 0.0)
+            cosines = [float(method.public.item[p] @ user / (method.public.item[p].norm() * user.norm())) for p in pos]
+            expected = np.mean([max(0.0, 0.9 - c) ** 2 for c in cosines])
             assert float(losses[b]) == pytest.approx(expected, rel=1e-4)
-        direct = spread_out(table, problem.item_mask)
-        assert direct.shape == (batch.size,)
+
+
+def test_spread_out_is_the_mean_squared_cosine_over_distinct_items():
+    from fedrun.method.bil import spread_out
+
+    item = torch.randn(7, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    unit = item / item.norm(dim=1, keepdim=True)
+    pairs = [float(unit[k] @ unit[m]) ** 2 for k in range(7) for m in range(7) if k != m]
+    assert float(spread_out(item)) == pytest.approx(np.mean(pairs), rel=1e-12)
+    assert float(spread_out(torch.eye(4))) == 0.0  # orthogonal rows: nothing to spread
+
+
+def test_bil_server_adds_the_spread_out_step_each_client_would_take():
+    """Server SGD (lr 1) on the aggregate: public item rows move by the clients' mean delta minus
+    lr_client · λ · ∇S(V) — on every row, touched by a client or not."""
+    from fedrun.method.bil import spread_out
+
+    overrides = ["method=bil", "backbone=mf", "method.server_optimizer.name=sgd", "method.server_optimizer.lr=1",
+                 "method.spread_weight=0.5", "method.optimizer.lr=2"]
+    method, _ = make_method(overrides)
+    before = method.public.item.clone()
+    leaf = before.clone().requires_grad_(True)
+    (gradient,) = torch.autograd.grad(spread_out(leaf), leaf)
+    no_spread, _ = make_method(overrides[:-2] + ["method.spread_weight=0", "method.optimizer.lr=2"])
+    method.train_round(0)
+    no_spread.train_round(0)
+    client_step = no_spread.public.item - before
+    torch.testing.assert_close(method.public.item - before, client_step - 2 * 0.5 * gradient)
+    untouched = (client_step == 0).all(1)
+    assert untouched.any() and (method.public.item[untouched] != before[untouched]).any()
+
+
+def test_bil_ranks_by_cosine():
+    """A long item row does not win: the ranking uses unit rows, as the loss does."""
+    method, env = make_method(["method=bil", "backbone=mf"])
+    with torch.no_grad():
+        method.public.item[3] *= 100
+    users = torch.arange(4)
+    unit = method.public.item / method.public.item.norm(dim=1, keepdim=True)
+    user = method.private.user[users] / method.private.user[users].norm(dim=1, keepdim=True)
+    torch.testing.assert_close(method.score_users(users), user @ unit.T)
+    items = torch.tensor([3, 5, 7, 3])
+    torch.testing.assert_close(method.score_pairs(users, items), (user * unit[items]).sum(1))
+
+
+def test_bil_cosine_needs_an_inner_product_backbone():
+    with pytest.raises(ConfigError, match="method.similarity"):
+        make_method(["method=bil", "backbone=ncf", "method.similarity=cosine"])
+    method, _ = make_method(["method=bil", "backbone=ncf"])
+    assert not method.cosine and method.describe()["bil_similarity"] == "score"
 
 
 def test_bil_learns_and_uploads_no_embedding():

@@ -1,77 +1,172 @@
 """BIL: a batch-insensitive loss for federated retrieval with limited negatives (Ning, Singhal,
-Zhou, Prakash, 2021, arXiv:2108.07931) — FedCL's "+BIL" baseline rows (Wu et al. 2022, §4.2 (c)).
+Zhou, Prakash, 2021, arXiv:2108.07931) — FedCL's "+BIL" baseline rows (Wu et al. 2022, §4.2 (c):
+"local positive items only", plus a spread-out regulariser on the item embeddings).
 
-Each client trains on its local positives only: the loss does not depend on which other
-items happen to be in its batch (hence "batch-insensitive"), and a spread-out regulariser
-keeps item embeddings from collapsing onto one direction (Zhang et al. 2017's global
-orthogonality term, as FedAwS uses it for positive-only federated learning):
+Each client trains on its local positives only, so its loss does not depend on which other items
+share its batch. Following the hinge loss of Ning et al.'s open-source dual-encoder framework
+(``google-research/federated``, ``dual_encoder``), a positive is scored by the cosine of the
+user's query and the item's embedding, and the client's loss is
 
-    L_i = mean_j −log σ(s(u_i, p_j))  +  λ · mean_{k ≠ l} ⟨v_k, v_l⟩²,
+    L_i = mean_j max(0, m − cos(q_i, v_{p_j}))²,            m = ``margin`` (0.9 there).
 
-the second mean over the pairs of distinct items in the client's local item table.
+Alone this is minimised by every item pointing where every user points. The spread-out term of
+Zhang et al. 2017, which FedAwS (Yu et al. 2020) applies on the server to the class embeddings
+when clients see positives only, keeps the item directions apart over the whole catalogue:
 
-Open points and choices: Ning et al. study several batch-insensitive losses; FedCL names
-"local positives only" and gives no formula, so this is one documented reading
-(``spread_weight`` = λ). Everything else — sampling, server Adam, one local step — is
-FedCL's training (``method=fedcl``), so the rows differ only in the loss.
+    S(V) = mean_{k ≠ l} cos(v_k, v_l)²,      over all I items.
+
+The server adds λ·S to the round (``SpreadOutServer``). It needs no client data, and for one local
+SGD step, with client weights summing to one, it equals every client adding λ·S(V) to L_i.
+Evaluation ranks by the same cosine: items normalised, so a popular item's long row does not win.
+
+Open points and choices (each a config field, logged):
+  - FedCL gives no formula for BIL. The loss above is one of Ning et al.'s batch-insensitive
+    losses (``positive_loss=hinge``); ``logistic`` takes mean_j −log σ(s) instead.
+  - ``similarity=auto`` uses the cosine when the backbone scores by an inner product (MF,
+    GRU4Rec, BERT4Rec). NCF's score is an MLP output with no cosine, so it scores raw. Positives
+    alone then have nothing to push against: the NCF row collapses, as measured.
+  - The spread-out term is the mean of squared cosines, which does not depend on the catalogue
+    size. Ning et al.'s code takes the root of their sum instead.
+  - Everything else (sampling, server Adam, one local step) is FedCL's training
+    (``method=fedcl``), so the rows differ only in the loss.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 
-from fedrun.errors import check_positive
+from fedrun.backbone.base import PublicParams
+from fedrun.backbone.mf import MF
+from fedrun.backbone.sequential import user_queries
+from fedrun.data.client_store import ClientStore
+from fedrun.errors import ConfigError, check_choice, check_positive
 from fedrun.method.fedcl import FedCL, FedCLConfig
+from fedrun.method.server import OptimizerServer, Server
 from fedrun.sim.batching import LocalProblem
 from fedrun.sim.local import slot_rows
+from fedrun.sim.server_opt import ServerOptimizerConfig
+from fedrun.types import Aggregate, RoundContext
 
 
 @dataclass
 class BILConfig(FedCLConfig):
     local_negatives: int = 0  # positives only
     semi_hard: int = 0
-    spread_weight: float = 1.0  # λ of the spread-out regulariser
+    similarity: str = "auto"  # auto (cosine for inner-product backbones) | cosine | score
+    positive_loss: str = "hinge"  # hinge: max(0, margin − s)² | logistic: −log σ(s)
+    margin: float = 0.9  # m of the hinge (Ning et al.'s code: 0.9)
+    spread_weight: float = 1.0  # λ of the spread-out regulariser S(V)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_choice("similarity", self.similarity, ("auto", "cosine", "score"))
+        check_choice("positive_loss", self.positive_loss, ("hinge", "logistic"))
+        check_positive("margin", self.margin)
         check_positive("spread_weight", self.spread_weight, allow_zero=True)
 
 
-def spread_out(item_table: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """item_table [B, Lu, d], mask [B, Lu] → [B] mean of ⟨v_k, v_l⟩² over distinct valid pairs.
+def spread_out(item: torch.Tensor) -> torch.Tensor:
+    """item [I, d] → mean over ordered pairs k ≠ l of cos(v_k, v_l)².
 
-    Σ_{k,l} ⟨v_k, v_l⟩² = ‖VᵀV‖²_F, so the sum costs [B, d, d], not [B, Lu, Lu]; the k = l
-    terms Σ_k ‖v_k‖⁴ are taken out."""
-    vectors = item_table * mask.unsqueeze(-1).to(item_table.dtype)  # [B, Lu, d]
-    all_pairs = torch.bmm(vectors.transpose(1, 2), vectors).pow(2).sum((1, 2))  # [B]
-    diagonal = vectors.pow(2).sum(-1).pow(2).sum(1)  # [B]
-    n = mask.sum(1).to(item_table.dtype)
-    return (all_pairs - diagonal) / (n * (n - 1)).clamp_min(1)
+    Σ_{k,l} cos² = ‖V̂ᵀV̂‖²_F, so the sum costs [d, d], not [I, I]; the k = l terms
+    (1 for every non-zero row) are taken out."""
+    unit = F.normalize(item, dim=1)  # [I, d]
+    all_pairs = (unit.T @ unit).pow(2).sum()
+    diagonal = unit.pow(2).sum(1).pow(2).sum()
+    n = item.shape[0]
+    return (all_pairs - diagonal) / max(n * (n - 1), 1)
 
 
-def positive_only_loss(scores: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """scores [B, P] of each client's positives, weight [B, P] which count → [B] mean of −log σ(score)."""
-    weight = weight.to(scores.dtype)
-    return (F.softplus(-scores) * weight).sum(1) / weight.sum(1).clamp_min(1)
+def positive_loss(similarity: torch.Tensor, weight: torch.Tensor, kind: str, margin: float) -> torch.Tensor:
+    """similarity [B, P] of each client's positives, weight [B, P] which count → [B] the mean loss."""
+    per_positive = (margin - similarity).clamp_min(0).pow(2) if kind == "hinge" else F.softplus(-similarity)
+    weight = weight.to(similarity.dtype)
+    return (per_positive * weight).sum(1) / weight.sum(1).clamp_min(1)
+
+
+class SpreadOutServer(OptimizerServer):
+    """Adds λ·S(V) of the public item table to the clients' aggregate, then applies it.
+
+    The aggregate is the clients' (weighted mean) delta, −lr·∇L_i for one SGD step; the server
+    adds −lr·λ·∇S(V) to every item row (``step_weight`` = lr·λ), which is what each client
+    would have added had λ·S(V) been in its loss. Only public parameters are used."""
+
+    def __init__(self, public: PublicParams, config: ServerOptimizerConfig, step_weight: float):
+        super().__init__(public, config)
+        self.step_weight = step_weight
+
+    def step(self, aggregate: Aggregate, ctx: RoundContext) -> None:
+        item = self.public.item
+        with torch.enable_grad():
+            leaf = item.detach().requires_grad_(True)
+            (gradient,) = torch.autograd.grad(spread_out(leaf), leaf)  # [I, d]
+        delta = torch.zeros_like(item).index_add_(0, aggregate.items, aggregate.item_delta)
+        delta.add_(gradient, alpha=-self.step_weight)
+        every_item = torch.arange(item.shape[0], device=item.device)
+        self.optimizer.step(Aggregate(every_item, delta, aggregate.dense))
 
 
 class BIL(FedCL):
     Config = BILConfig
     needs_negatives = False
-    unpadded_fast_path = False  # the spread-out term couples a client's item rows: the bucketed pass
+    unpadded_fast_path = False  # the unpadded pass computes Eq. 1: BIL takes the bucketed one
+
+    def __init__(self, config: BILConfig, env, **components):
+        super().__init__(config, env, **components)
+        inner_product = isinstance(env.backbone, MF)  # MF, GRU4Rec, BERT4Rec: score = ⟨q, v⟩
+        if config.similarity == "cosine" and not inner_product:
+            raise ConfigError("method.similarity", "cosine", f"score or auto for {type(env.backbone).__name__}: "
+                              "its score is not an inner product, so it has no cosine")
+        self.cosine = config.similarity == "cosine" or (config.similarity == "auto" and inner_product)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "bil_similarity": "cosine" if self.cosine else "score"}
+
+    def make_server(self, public: PublicParams) -> Server:
+        config = self.config
+        return SpreadOutServer(public, config.server_optimizer, config.optimizer.lr * config.spread_weight)
 
     def local_loss(self, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
                    net: dict[str, torch.Tensor]) -> torch.Tensor:
         if problem.sequence is not None:  # one query per target position
-            queries, rows = self.sequence_queries(problem, item_table, net)
-            scores, weight = (queries * rows).sum(-1), problem.sequence.target  # [B, P]
+            queries, rows = self.sequence_queries(problem, item_table, net)  # [B, P, d] each
+            weight = problem.sequence.target
         else:
-            scores = self.env.backbone.score(user, slot_rows(item_table, problem.pos_slot), net)  # [B, P]
+            queries, rows = user.unsqueeze(1), slot_rows(item_table, problem.pos_slot)  # [B, 1, du], [B, P, di]
             weight = problem.batch.pos_mask
-        loss = positive_only_loss(scores, weight)
-        if self.config.spread_weight:
-            loss = loss + self.config.spread_weight * spread_out(item_table, problem.item_mask)
-        return loss
+        if self.cosine:
+            similarity = F.cosine_similarity(queries, rows, dim=-1)  # [B, P]
+        elif problem.sequence is not None:
+            similarity = (queries * rows).sum(-1)
+        else:
+            similarity = self.env.backbone.score(user, rows, net)
+        return positive_loss(similarity, weight, self.config.positive_loss, self.config.margin)
+
+    # -- evaluation: rank by the similarity the loss trained ------------------------------
+    def ranking_items(self) -> torch.Tensor:
+        """[I, d] the item rows ranked against: unit rows under the cosine."""
+        return F.normalize(self.public.item, dim=1) if self.cosine else self.public.item
+
+    @torch.no_grad()
+    def score_users(self, users: torch.Tensor, history: Sequence[ClientStore] = ()) -> torch.Tensor:
+        self.ensure_prepared()
+        queries = self.user_queries(users, history)
+        if self.cosine:
+            queries = F.normalize(queries, dim=1)
+        return self.env.backbone.score_full(queries, self.ranking_items(), self.public.net)
+
+    @torch.no_grad()
+    def score_pairs(self, users: torch.Tensor, items: torch.Tensor,
+                    history: Sequence[ClientStore] = ()) -> torch.Tensor:
+        self.ensure_prepared()
+        distinct, index = torch.unique(users, return_inverse=True)
+        queries = user_queries(self.env.backbone, self.private.user, history, distinct, self.public.item,
+                               self.public.net)  # [U', d]: the encoder reads the raw rows
+        if self.cosine:
+            queries = F.normalize(queries, dim=1)
+        rows = self.ranking_items()[items].unsqueeze(1)  # [N, 1, d]
+        return self.env.backbone.score(queries[index], rows, self.public.net)[:, 0]
