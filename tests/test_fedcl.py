@@ -307,14 +307,14 @@ def test_bil_loss_equals_a_direct_computation():
             assert float(losses[b]) == pytest.approx(expected, rel=1e-4)
 
 
-def test_spread_out_is_the_mean_squared_cosine_over_distinct_items():
+def test_spread_out_is_the_root_of_the_squared_cosines_over_distinct_items():
     from fedrun.method.bil import spread_out
 
     item = torch.randn(7, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     unit = item / item.norm(dim=1, keepdim=True)
     pairs = [float(unit[k] @ unit[m]) ** 2 for k in range(7) for m in range(7) if k != m]
-    assert float(spread_out(item)) == pytest.approx(np.mean(pairs), rel=1e-12)
-    assert float(spread_out(torch.eye(4))) == 0.0  # orthogonal rows: nothing to spread
+    assert float(spread_out(item)) == pytest.approx(math.sqrt(sum(pairs)), rel=1e-12)
+    assert float(spread_out(torch.eye(4))) == pytest.approx(0.0, abs=1e-5)  # orthogonal rows: nothing to spread
 
 
 def test_bil_server_adds_the_spread_out_step_each_client_would_take():
