@@ -290,9 +290,10 @@ def test_bad_fedcl_settings_are_named_before_training(overrides, field):
         make_method(overrides)
 
 
-def test_bil_loss_equals_a_direct_computation():
-    """Ning et al.'s hinge on the cosine of the user row and each positive, per client."""
-    method, env = make_method(["method=bil", "backbone=mf", "sim.clients_per_round=8"])
+@pytest.mark.parametrize("kind", ["hinge", "logistic"])
+def test_bil_loss_equals_a_direct_computation(kind):
+    """Ning et al.'s hinge (or −log σ) on the cosine of the user row and each positive, per client."""
+    method, env = make_method(["method=bil", "backbone=mf", "sim.clients_per_round=8", f"method.positive_loss={kind}"])
     assert method.cosine
     users = method.sampler.users(0)
     for problem in method.problems(users, 0):
@@ -303,7 +304,10 @@ def test_bil_loss_equals_a_direct_computation():
             pos = batch.pos[b][batch.pos_mask[b]]
             user = method.private.user[batch.users[b]]
             cosines = [float(method.public.item[p] @ user / (method.public.item[p].norm() * user.norm())) for p in pos]
-            expected = np.mean([max(0.0, 0.9 - c) ** 2 for c in cosines])
+            if kind == "hinge":
+                expected = np.mean([max(0.0, 0.9 - c) ** 2 for c in cosines])
+            else:
+                expected = np.mean([math.log1p(math.exp(-c)) for c in cosines])
             assert float(losses[b]) == pytest.approx(expected, rel=1e-4)
 
 
@@ -353,6 +357,9 @@ def test_bil_ranks_by_cosine():
 def test_bil_cosine_needs_an_inner_product_backbone():
     with pytest.raises(ConfigError, match="method.similarity"):
         make_method(["method=bil", "backbone=ncf", "method.similarity=cosine"])
+    for field, value in [("similarity", "dot"), ("positive_loss", "bpr"), ("margin", "0")]:
+        with pytest.raises(ConfigError, match=field):
+            make_method(["method=bil", "backbone=mf", f"method.{field}={value}"])
     method, _ = make_method(["method=bil", "backbone=ncf"])
     assert not method.cosine and method.describe()["bil_similarity"] == "score"
 

@@ -43,7 +43,6 @@ import torch.nn.functional as F
 
 from fedrun.backbone.base import PublicParams
 from fedrun.backbone.mf import MF
-from fedrun.backbone.sequential import user_queries
 from fedrun.data.client_store import ClientStore
 from fedrun.errors import ConfigError, check_choice, check_positive
 from fedrun.method.fedcl import FedCL, FedCLConfig
@@ -129,6 +128,8 @@ class BIL(FedCL):
 
     def make_server(self, public: PublicParams) -> Server:
         config = self.config
+        if not config.spread_weight:  # positives alone: no regulariser gradient to compute each round
+            return OptimizerServer(public, config.server_optimizer)
         return SpreadOutServer(public, config.server_optimizer, config.optimizer.lr * config.spread_weight)
 
     def local_loss(self, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
@@ -165,8 +166,7 @@ class BIL(FedCL):
                     history: Sequence[ClientStore] = ()) -> torch.Tensor:
         self.ensure_prepared()
         distinct, index = torch.unique(users, return_inverse=True)
-        queries = user_queries(self.env.backbone, self.private.user, history, distinct, self.public.item,
-                               self.public.net)  # [U', d]: the encoder reads the raw rows
+        queries = self.user_queries(distinct, history)  # [U', d]: the encoder reads the raw rows
         if self.cosine:
             queries = F.normalize(queries, dim=1)
         rows = self.ranking_items()[items].unsqueeze(1)  # [N, 1, d]
