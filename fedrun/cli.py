@@ -84,6 +84,15 @@ def set_threads(threads: int | None, parallel_jobs: int | None) -> None:
         threads = max(1, cores // parallel_jobs)
     if threads:
         torch.set_num_threads(threads)
+        _set_faiss_threads(threads)
+
+
+def _set_faiss_threads(threads: int) -> None:
+    """faiss (retrieval, k-means pre-aggregation) runs OpenMP threads of its own: the same budget."""
+    from fedrun.retrieval.search import faiss_available
+    if faiss_available():
+        import faiss
+        faiss.omp_set_num_threads(threads)
 
 
 def main() -> None:

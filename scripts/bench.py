@@ -10,6 +10,8 @@ Workloads (issue #7), each measured in one run on the same data and hyperparamet
   W5  scaling: clients per round on gowalla; catalogue size on synthetic data (PNG + table)
   W6  FedCL-NCF with FedCL's Table 3 settings (ml-1m LOO, 16 clients, LDP embeddings, 10 local + 20
       semi-hard negatives): the FedSGD fast path against per-client copies, same draws
+  W7  FedCL's server reclustering (Ward into 25 clusters) of ε = 4 LDP uploads at the user counts
+      of ml-1m, Beauty, Yelp and Sports: faiss k-means pre-aggregation vs scikit-learn k-means++
 
 Paths of a training workload:
   - fedrun:  the simulator as a run uses it (``sim.fast_path=auto``: FedSGD fast path when exact)
@@ -241,6 +243,67 @@ def bench_w6(args, out: Path) -> str:
     return write_table(out, "w6", header, rows, caption)
 
 
+# ------------------------------------------------------------------------------------- W7: reclustering
+
+W7_USERS = {"ml-1m": 6040, "beauty": 22363, "yelp": 30431, "sports": 35598}
+
+
+def bench_w7(args, out: Path) -> str:
+    """One reclustering of the server's cache: N uploads of dim 64, each a random embedding
+    L1-clipped to 1 plus Laplace(2/ε) noise (ε = 4, FedCL §3.1), into 25 clusters. Above
+    ``ward_max_points`` (10,000) Ward runs on 1,000 k-means mini-centroids: fedrun's faiss
+    Lloyd against the previous scikit-learn k-means++ (the baseline), same points."""
+    import numpy as np
+
+    from fedrun.privacy.ldp import clip_rows, sample_noise
+    from fedrun.retrieval import cluster as clustering
+
+    sizes = {"tiny": 3000} if args.tiny else W7_USERS
+    limit, pre = (1000, 100) if args.tiny else (10000, 1000)
+    generator = torch.Generator().manual_seed(0)
+    warm = torch.randn(400, 64, generator=generator)  # imports and first calls are not timed
+    clustering.cluster(warm, "ward", 25, seed=1, ward_max_points=200, pre_clusters=100)
+    clustering._kmeans(warm.numpy().astype(np.float64), 100, 1)
+    rows = []
+    for name, users in sizes.items():
+        uploads = clip_rows(torch.randn(users, 64, generator=generator), "l1", 1.0)
+        uploads = uploads + sample_noise(uploads.shape, "laplace", 2.0 / 4.0, generator, torch.device("cpu"))
+        start = time.perf_counter()
+        clustering.cluster(uploads, "ward", 25, seed=1, ward_max_points=limit, pre_clusters=pre)
+        t_fedrun = time.perf_counter() - start
+        if users <= limit:
+            rows.append([name, f"{users:,}", "exact Ward", f"{t_fedrun:.2f}", "–", "–", "–"])
+            continue
+        data = uploads.numpy().astype(np.float64)
+        start = time.perf_counter()
+        baseline = clustering._kmeans(data, pre, 1)
+        t_sklearn = time.perf_counter() - start + clustering_tail(clustering, data, baseline)
+        inertia = [mini_inertia(data, labels) for labels in (clustering._faiss_kmeans(data, pre, 1), baseline)]
+        rows.append([name, f"{users:,}", f"Ward on {pre:,} k-means", f"{t_fedrun:.2f}", f"{t_sklearn:.2f}",
+                     f"{t_sklearn / t_fedrun:.1f}×", f"{inertia[0] / inertia[1]:.3f}"])
+    header = ["W7 users like", "uploads", "clustering", "fedrun s", "sklearn k-means++ s", "speed-up",
+              "inertia fedrun / sklearn"]
+    caption = (f"W7 one reclustering of ε = 4 LDP uploads (dim 64, 25 clusters){' [tiny]' if args.tiny else ''}; "
+               f"{machine()}; torch threads {torch.get_num_threads()}")
+    return write_table(out, "w7", header, rows, caption)
+
+
+def clustering_tail(clustering, data, coarse) -> float:
+    """Seconds of the Ward step on the baseline's mini-centroids (what follows its k-means)."""
+    start = time.perf_counter()
+    clustering._ward(clustering._means(data, coarse, int(coarse.max()) + 1), 25)
+    return time.perf_counter() - start
+
+
+def mini_inertia(data, labels) -> float:
+    """Sum of squared distances of the points to their mini-centroid."""
+    import numpy as np
+    means = np.zeros((int(labels.max()) + 1, data.shape[1]))
+    np.add.at(means, labels, data)
+    means /= np.bincount(labels)[:, None]
+    return float(((data - means[labels]) ** 2).sum())
+
+
 # ------------------------------------------------------------------------------------- W4: evaluation
 
 W4_DATA = {"ml-1m": ["dataset=ml-1m"], "gowalla": GOWALLA}
@@ -366,7 +429,7 @@ def plot_w5(out: Path, by_clients, by_items, memory: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workloads", default="w0,w1,w2,w3,w4,w5,w6", help="comma-separated: w0 … w6")
+    parser.add_argument("--workloads", default="w0,w1,w2,w3,w4,w5,w6,w7", help="comma-separated: w0 … w7")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--loop-rounds", type=int, default=3)
     parser.add_argument("--out", default="outputs/bench")
@@ -377,7 +440,7 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     workloads = args.workloads.split(",")
-    others = {"w4": bench_w4, "w5": bench_w5, "w6": bench_w6}
+    others = {"w4": bench_w4, "w5": bench_w5, "w6": bench_w6, "w7": bench_w7}
     unknown = sorted(set(workloads) - {*TRAIN, *others})
     if unknown:
         parser.error(f"--workloads: unknown {', '.join(unknown)}; allowed: {', '.join([*TRAIN, *others])}")

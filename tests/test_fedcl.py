@@ -57,6 +57,27 @@ def test_ward_on_a_kmeans_preaggregation_above_the_limit():
     assert len({(int(a), int(b)) for a, b in zip(found.assign, label)}) == 4
 
 
+def test_preaggregation_is_deterministic_and_independent_of_faiss_threads():
+    import faiss
+    points = torch.randn(3000, 16, generator=torch.Generator().manual_seed(3))
+    runs = []
+    for threads in (1, 2, 1):
+        faiss.omp_set_num_threads(threads)
+        runs.append(cluster(points, "ward", 25, seed=7, ward_max_points=1000, pre_clusters=200).assign)
+    faiss.omp_set_num_threads(torch.get_num_threads())
+    assert torch.equal(runs[0], runs[1]) and torch.equal(runs[0], runs[2])
+    other_seed = cluster(points, "ward", 25, seed=8, ward_max_points=1000, pre_clusters=200).assign
+    assert not torch.equal(runs[0], other_seed)  # the seed reaches faiss's k-means
+
+
+def test_preaggregation_without_faiss_names_the_field(monkeypatch):
+    from fedrun.errors import FedrunError
+    from fedrun.retrieval import cluster as clustering
+    monkeypatch.setattr(clustering, "faiss_available", lambda: False)
+    with pytest.raises(FedrunError, match="method.ward_max_points"):
+        cluster(torch.randn(300, 8), "ward", 4, seed=0, ward_max_points=100, pre_clusters=50)
+
+
 def test_no_clustering_and_fewer_points_than_clusters_keep_each_point():
     points, _ = blobs(n=10)
     for method in ("none", "ward"):
