@@ -278,7 +278,8 @@ def bench_w7(args, out: Path) -> str:
         start = time.perf_counter()
         baseline = clustering._kmeans(data, pre, 1)
         t_sklearn = time.perf_counter() - start + clustering_tail(clustering, data, baseline)
-        inertia = [mini_inertia(data, labels) for labels in (clustering._faiss_kmeans(data, pre, 1), baseline)]
+        fedrun_labels = clustering._faiss_kmeans(data, pre, 1)
+        inertia = [mini_inertia(clustering, data, labels) for labels in (fedrun_labels, baseline)]
         rows.append([name, f"{users:,}", f"Ward on {pre:,} k-means", f"{t_fedrun:.2f}", f"{t_sklearn:.2f}",
                      f"{t_sklearn / t_fedrun:.1f}×", f"{inertia[0] / inertia[1]:.3f}"])
     header = ["W7 users like", "uploads", "clustering", "fedrun s", "sklearn k-means++ s", "speed-up",
@@ -295,12 +296,9 @@ def clustering_tail(clustering, data, coarse) -> float:
     return time.perf_counter() - start
 
 
-def mini_inertia(data, labels) -> float:
+def mini_inertia(clustering, data, labels) -> float:
     """Sum of squared distances of the points to their mini-centroid."""
-    import numpy as np
-    means = np.zeros((int(labels.max()) + 1, data.shape[1]))
-    np.add.at(means, labels, data)
-    means /= np.bincount(labels)[:, None]
+    means = clustering._means(data, labels, int(labels.max()) + 1)
     return float(((data - means[labels]) ** 2).sum())
 
 

@@ -13,6 +13,7 @@ from sklearn.cluster import AgglomerativeClustering
 
 from fedrun.errors import ConfigError
 from fedrun.retrieval.cluster import cluster
+from fedrun.retrieval.hard_negatives import HardNegativeConfig, HardNegativeServer
 from fedrun.retrieval.search import faiss_available, top_k_inner_product, top_k_scores
 from fedrun.sim.runner import NumericalError
 from tests.conftest import make_method
@@ -74,8 +75,12 @@ def test_preaggregation_without_faiss_names_the_field(monkeypatch):
     from fedrun.errors import FedrunError
     from fedrun.retrieval import cluster as clustering
     monkeypatch.setattr(clustering, "faiss_available", lambda: False)
-    with pytest.raises(FedrunError, match="method.ward_max_points"):
+    with pytest.raises(FedrunError, match="method.ward_max_points: 100 is below the 300 users"):
         cluster(torch.randn(300, 8), "ward", 4, seed=0, ward_max_points=100, pre_clusters=50)
+    config = HardNegativeConfig(n_clusters=4, ward_max_points=100, pre_clusters=50)
+    with pytest.raises(FedrunError, match="method.ward_max_points: 100 is below the 300 users"):
+        HardNegativeServer(config, backbone=None, n_users=300, dim=8, seed=0, device=torch.device("cpu"))
+    HardNegativeServer(config, backbone=None, n_users=100, dim=8, seed=0, device=torch.device("cpu"))  # exact Ward
 
 
 def test_no_clustering_and_fewer_points_than_clusters_keep_each_point():

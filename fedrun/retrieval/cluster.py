@@ -8,10 +8,10 @@ user is its own centroid), ``kmeans``, ``ward``.
 Open point (REFERENCE §1): Ward needs O(N²) memory (40k points: 12 GB, 260 s). Above
 ``ward_max_points`` the points are first reduced by k-means to ``pre_clusters``
 mini-centroids and Ward runs on those (unweighted); final centroids are still the means of
-the member users. That k-means is faiss's Lloyd (random seeding, 20 iterations): at 22k
-points × 1,000 mini-centroids it takes 1.5 s against scikit-learn's 7.8 s, whose k-means++
-seeding alone costs 5 s, for an inertia within 1% (noise-dominated ε = 4 uploads; measured in
-docs/benchmarks.md W7). The ``kmeans`` variant of Fig. 4 keeps scikit-learn's k-means++.
+the member users. That k-means is faiss's Lloyd (random seeding, 20 iterations): at Beauty's
+22k uploads × 1,000 mini-centroids a reclustering takes 2.3 s against 10.5 s with
+scikit-learn's k-means++ (most of it its seeding), for an inertia within 1% (noise-dominated
+ε = 4 uploads; docs/benchmarks.md W7). The ``kmeans`` variant of Fig. 4 keeps scikit-learn's k-means++.
 Fewer points than clusters (the first rounds): each point is a cluster.
 """
 
@@ -45,6 +45,7 @@ def cluster(points: torch.Tensor, method: str, n_clusters: int, seed: int, ward_
     if method == "kmeans":
         labels = _kmeans(data, n_clusters, seed)
     elif n > ward_max_points:
+        check_preaggregation(n, ward_max_points)
         coarse = _faiss_kmeans(data, min(pre_clusters, n), seed)
         mini = _means(data, coarse, int(coarse.max()) + 1)
         labels = _ward(mini, n_clusters)[coarse]
@@ -65,13 +66,18 @@ def _kmeans(data: np.ndarray, n_clusters: int, seed: int) -> np.ndarray:
     return np.unique(labels, return_inverse=True)[1]  # dense ids even if a cluster came out empty
 
 
+def check_preaggregation(n_points: int, ward_max_points: int) -> None:
+    """More points than ``ward_max_points`` need faiss for the k-means pre-aggregation: a named
+    error (the server calls this when it is built, before any round)."""
+    if n_points > ward_max_points and not faiss_available():
+        raise FedrunError(f"method.ward_max_points: {ward_max_points} is below the {n_points} users whose "
+                          "uploads are clustered, and Ward's k-means pre-aggregation needs the faiss package "
+                          "(pip install faiss-cpu); or raise method.ward_max_points (exact Ward: O(N²) memory)")
+
+
 def _faiss_kmeans(data: np.ndarray, n_clusters: int, seed: int, iterations: int = 20) -> np.ndarray:
     """Lloyd's k-means by faiss on every point (no subsampling): labels [N]. Deterministic for a
     seed, and the same for any number of OpenMP threads (tested)."""
-    if not faiss_available():
-        raise FedrunError(f"method.ward_max_points: {len(data)} uploads exceed it, and Ward's k-means "
-                          "pre-aggregation needs the faiss package (pip install faiss-cpu); or raise "
-                          "method.ward_max_points (exact Ward: O(N²) memory)")
     import faiss
     points = np.ascontiguousarray(data, dtype=np.float32)
     kmeans = faiss.Kmeans(points.shape[1], n_clusters, niter=iterations, seed=seed % 2**31,

@@ -25,7 +25,7 @@ import torch
 
 from fedrun.backbone.base import Backbone, PublicParams
 from fedrun.errors import check, check_choice, check_fraction
-from fedrun.retrieval.cluster import METHODS, Clusters, cluster
+from fedrun.retrieval.cluster import METHODS, Clusters, check_preaggregation, cluster
 from fedrun.retrieval.search import ENGINES, top_k_inner_product, top_k_scores
 from fedrun.sim.guards import check_finite
 from fedrun.sim.seeding import derive_seed, generator
@@ -60,6 +60,8 @@ class HardNegativeConfig:
 class HardNegativeServer:
     def __init__(self, config: HardNegativeConfig, backbone: Backbone, n_users: int, dim: int, seed: int,
                  device: torch.device):
+        if config.clustering == "ward":
+            check_preaggregation(n_users, config.ward_max_points)
         self.config, self.backbone, self.seed = config, backbone, seed
         self.cache = torch.zeros(n_users, dim, device=device)  # latest perturbed embedding per user
         self.known = torch.zeros(n_users, dtype=torch.bool, device=device)
