@@ -12,6 +12,8 @@ Workloads (issue #7), each measured in one run on the same data and hyperparamet
       semi-hard negatives): the FedSGD fast path against per-client copies, same draws
   W7  FedCL's server reclustering (Ward into 25 clusters) of ε = 4 LDP uploads at the user counts
       of ml-1m, Beauty, Yelp and Sports: faiss k-means pre-aggregation vs scikit-learn k-means++
+  W8  NeuMF full ranking (FedCL's NCF: dim 64, tower 128-64-32) of every user at ml-1m and Beauty
+      sizes: the tower in cache-sized blocks vs one pass over each evaluation chunk
 
 Paths of a training workload:
   - fedrun:  the simulator as a run uses it (``sim.fast_path=auto``: FedSGD fast path when exact)
@@ -344,6 +346,59 @@ def bench_w4_one(name: str, data: list[str]) -> list[str]:
             f"{t_eval / t_floor:.2f}×", f"{peak_rss_gb():.2f}", "" if gpu is None else f"{gpu:.2f}"]
 
 
+# ------------------------------------------------------------------------------ W8: NeuMF full ranking
+
+W8_SIZES = {"ml-1m": (6040, 3416), "beauty": (22363, 12101)}  # users, items (FedCL's LOO splits)
+
+
+def bench_w8(args, out: Path) -> str:
+    from fedrun.backbone.ncf import NCF, NCFConfig
+
+    device = torch.device(args.device)
+    backbone = NCF(NCFConfig(dim=64, layers=[128, 64, 32]))
+    gen = torch.Generator().manual_seed(0)
+    net = {name: tensor.to(device) for name, tensor in backbone.init_net(gen).items()}
+    rows = []
+    for name, (n_users, n_items) in ({"tiny": (500, 300)} if args.tiny else W8_SIZES).items():
+        user = torch.randn(n_users, backbone.user_width, generator=gen).to(device)
+        item = torch.randn(n_items, backbone.item_width, generator=gen).to(device)
+        chunk = (256 << 20) // (n_items * 4)  # the evaluator's chunk at eval.memory_mb=256
+        t_blocked = time_chunks(lambda u: backbone.score_full(u, item, net), user, chunk, device)
+        old_chunk = (256 << 20) // (n_items * 4 * (2 * 128 + 1))  # it sized chunks by the tower's intermediates
+        t_one_pass = time_chunks(lambda u: one_pass_neumf(backbone, u, item, net), user, old_chunk, device)
+        with torch.no_grad():
+            sample = user[:old_chunk]
+            baseline = one_pass_neumf(backbone, sample, item, net)
+            diff = float((backbone.score_full(sample, item, net) - baseline).abs().max())
+        rows.append([name, f"{n_users:,}", f"{n_items:,}", f"{t_blocked:.2f}", f"{t_one_pass:.2f}",
+                     f"{t_one_pass / t_blocked:.1f}×", f"{diff:.1e}"])
+    header = ["W8 size like", "users", "items", "blocked s", "one pass s", "speed-up", "max |Δ score|"]
+    caption = (f"W8 NeuMF scores of every (user, item) pair (dim 64, tower 128-64-32, "
+               f"{torch.get_num_threads()} threads); {machine(args.device)}")
+    return write_table(out, "w8", header, rows, caption)
+
+
+def time_chunks(score, user: torch.Tensor, chunk: int, device: torch.device) -> float:
+    """Seconds to score every user in chunks of ``chunk`` users."""
+    sync(device)
+    started = time.perf_counter()
+    with torch.no_grad():
+        for part in torch.split(user, chunk):
+            score(part)
+    sync(device)
+    return time.perf_counter() - started
+
+
+def one_pass_neumf(backbone, user: torch.Tensor, item: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The pre-session-12 NeuMF full ranking: the whole chunk's [U, I, h1] tower at once (baseline)."""
+    g = backbone.gmf_dim
+    head_w = net["head.weight"][0]
+    scores = net["head.bias"] + (user[:, :g] * head_w[:g]) @ item[:, :g].T  # [U, I]
+    w_user, w_item, bias = backbone._first_layer(net)
+    hidden = (user[:, g:] @ w_user.T)[:, None, :] + (item[:, g:] @ w_item.T + bias)[None]  # [U, I, h1]
+    return scores + backbone._tower(hidden, net) @ head_w[g:]
+
+
 # ---------------------------------------------------------------------------------------- W5: scaling
 
 W5_CLIENTS = [16, 64, 256, 1024, 4096]
@@ -427,7 +482,7 @@ def plot_w5(out: Path, by_clients, by_items, memory: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workloads", default="w0,w1,w2,w3,w4,w5,w6,w7", help="comma-separated: w0 … w7")
+    parser.add_argument("--workloads", default="w0,w1,w2,w3,w4,w5,w6,w7,w8", help="comma-separated: w0 … w8")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--loop-rounds", type=int, default=3)
     parser.add_argument("--out", default="outputs/bench")
@@ -438,7 +493,7 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     workloads = args.workloads.split(",")
-    others = {"w4": bench_w4, "w5": bench_w5, "w6": bench_w6, "w7": bench_w7}
+    others = {"w4": bench_w4, "w5": bench_w5, "w6": bench_w6, "w7": bench_w7, "w8": bench_w8}
     unknown = sorted(set(workloads) - {*TRAIN, *others})
     if unknown:
         parser.error(f"--workloads: unknown {', '.join(unknown)}; allowed: {', '.join([*TRAIN, *others])}")

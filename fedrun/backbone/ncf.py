@@ -34,6 +34,11 @@ class NCFConfig(BackboneConfig):
         check(self.layers[0] % 2 == 0, "layers", self.layers, "layers[0] even (it is 2 × the MLP embedding size)")
 
 
+# Pairs per tower block in full ranking: a block's intermediates ([pairs, h1] floats) fit a CPU's
+# L2/L3 cache (16k pairs × 64 × 4 B = 4 MB); on CUDA larger blocks amortise the kernel launches.
+CPU_BLOCK_PAIRS, CUDA_BLOCK_PAIRS = 1 << 14, 1 << 22
+
+
 class NCF(Backbone):
     Config = NCFConfig
     losses = ("bce", "bpr")
@@ -99,16 +104,31 @@ class NCF(Backbone):
             if len(self.config.layers) == 1:
                 scores += user[:, g:] @ head_w[g:g + self.mlp_dim, None] + (item[:, g:] @ head_w[g + self.mlp_dim:]).T
             else:
-                w_user, w_item, bias = self._first_layer(net)
-                hidden = (user[:, g:] @ w_user.T)[:, None, :] + (item[:, g:] @ w_item.T + bias)[None]  # [U, I, h1]
-                scores += self._tower(hidden, net) @ head_w[g:]
+                self._add_tower_scores(scores, user[:, g:], item[:, g:], net)
         return scores
+
+    def _add_tower_scores(self, scores: torch.Tensor, user: torch.Tensor, item: torch.Tensor,
+                          net: dict[str, torch.Tensor]) -> None:
+        """scores [U, I] += h_mᵀ φ_L(...φ_1(W₁ᵘp_u + W₁ⁱq_i + b₁)) for every pair, in place.
+
+        The tower runs over blocks of a few users so its [pairs, h] intermediates stay in cache
+        (~6× faster on a CPU than one pass over a whole evaluation chunk; docs/benchmarks.md)."""
+        w_user, w_item, bias = self._first_layer(net)
+        user_part = user @ w_user.T  # [U, h1]
+        item_part = item @ w_item.T + bias  # [I, h1]
+        head_w = net["head.weight"][0, self.gmf_dim:]  # [h_L]
+        n_items = item.shape[0]
+        block_pairs = CUDA_BLOCK_PAIRS if scores.device.type == "cuda" else CPU_BLOCK_PAIRS
+        block = max(1, block_pairs // n_items)  # users per block
+        for start in range(0, user.shape[0], block):
+            hidden = (user_part[start:start + block, None] + item_part).relu_()  # [u, I, h1]
+            hidden = hidden.view(-1, hidden.shape[-1])  # [u·I, h1]
+            for k in range(1, len(self.config.layers) - 1):
+                hidden = torch.addmm(net[f"mlp{k}.bias"], hidden, net[f"mlp{k}.weight"].T).relu_()  # [u·I, h_k+1]
+            scores[start:start + block] += (hidden @ head_w).view(-1, n_items)
 
     def query_vectors(self, user: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor | None:
         """GMF alone is an inner product: h_gᵀ(p ⊙ q) = ⟨h_g ⊙ p, q⟩ (+ the head bias)."""
         if self.mlp_dim:
             return None
         return user * net["head.weight"][0]
-
-    def full_score_bytes_per_pair(self) -> int:
-        return 4 * (2 * self.config.layers[0] + 1) if self.mlp_dim else 4

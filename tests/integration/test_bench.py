@@ -19,7 +19,7 @@ def test_bench_tiny_runs_every_workload(tmp_path):
                              "--loop-rounds", "1", "--out", str(tmp_path)],
                             capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
-    for name in ("w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7"):
+    for name in ("w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8"):
         assert (tmp_path / f"{name}.md").exists() and (tmp_path / f"{name}.csv").exists()
     assert (tmp_path / "w5.png").exists()
     # every training workload checked the loop against the general path before timing it
@@ -32,6 +32,8 @@ def test_bench_tiny_runs_every_workload(tmp_path):
     # the faiss pre-aggregation's mini-centroids fit the uploads about as well as scikit-learn's k-means++
     inertia_ratio = float((tmp_path / "w7.csv").read_text().strip().splitlines()[-1].split(",")[-1])
     assert 0.9 < inertia_ratio < 1.1
+    # NeuMF's blocked full ranking scores what the one-pass baseline scores
+    assert float((tmp_path / "w8.csv").read_text().strip().splitlines()[-1].split(",")[-1]) < 1e-4
 
 
 def test_bench_rejects_unknown_workloads(tmp_path):
