@@ -118,3 +118,22 @@ def test_evaluation_chunk_size_does_not_change_metrics():
     small = run(["eval.memory_mb=1", "sim.max_rounds=3"])
     large = run(["eval.memory_mb=512", "sim.max_rounds=3"])
     assert small.test == large.test and small.valid == large.valid
+
+
+def test_report_counts_the_latest_of_rerun_seeds_and_lists_the_others():
+    import pandas as pd
+
+    from fedrun.report.cli import drop_reruns, summarize
+
+    frame = pd.DataFrame({
+        "run_id": ["old", "a", "new", "b", "failed"], "status": ["FINISHED"] * 4 + ["FAILED"],
+        "start_time": [1, 2, 5, 3, 4], "param:choices.method": ["fedcl"] * 5,
+        "param:choices.backbone": ["ncf"] * 5, "param:choices.dataset": ["beauty"] * 5,
+        "param:sim.seed": ["1", "2", "1", "3", "1"], "param:sim.threads": ["1"] * 5,
+        "metric:test_hr_at_10": [0.9, 0.2, 0.1, 0.3, None],
+    })
+    kept, superseded = drop_reruns(frame)
+    assert list(superseded["run_id"]) == ["old"]
+    assert sorted(kept["run_id"]) == ["a", "b", "failed", "new"]  # failed runs stay, to be listed
+    _, rows = summarize(kept, ["test_hr_at_10"])
+    assert rows == [["fedcl", "ncf", "beauty", "3", "0.2000 ± 0.1000"]]

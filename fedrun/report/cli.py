@@ -21,6 +21,7 @@ from fedrun.track.mlflow import default_uri, experiment_id
 
 # replicates (averaged over, not grouped by): training seeds, data-split seeds and folds
 SEED_PARAMS = {"sim.seed", "sim.progress", "sim.device", "device", "dataset.split.seed", "dataset.split.fold"}
+REPLICATE_PARAMS = ("sim.seed", "dataset.split.seed", "dataset.split.fold")  # what makes two runs replicates
 DEFAULT_METRICS = ["test_hr_at_10", "test_ndcg_at_10", "test_recall_at_20", "test_ndcg_at_20", "test_mae", "test_rmse"]
 
 
@@ -29,7 +30,7 @@ def collect(client, exp_id: str) -> pd.DataFrame:
     for run in client.search_runs([exp_id], max_results=50000):
         if run.data.tags.get("fedrun.kind") == "report":
             continue
-        rows.append({"run_id": run.info.run_id, "status": run.info.status,
+        rows.append({"run_id": run.info.run_id, "status": run.info.status, "start_time": run.info.start_time,
                      "reason": run.data.tags.get("fedrun.failure_reason", ""),
                      **{f"param:{k}": v for k, v in run.data.params.items()},
                      **{f"metric:{k}": v for k, v in run.data.metrics.items()}})
@@ -47,6 +48,20 @@ def group_columns(frame: pd.DataFrame) -> list[str]:
                and c[len("param:"):] not in SEED_PARAMS and text[c].nunique() > 1
                and (text.groupby(keys)[c].nunique() > 1).any()]
     return keys + varying
+
+
+def drop_reruns(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A finished run repeated with the same options and seeds is a rerun: the latest one counts,
+    the earlier ones are returned to be listed (a seed counted twice would bias mean, std and the
+    paired tests)."""
+    done = frame[frame["status"] == "FINISHED"]
+    if done.empty:
+        return frame, done
+    replicate = [c for c in (f"param:{p}" for p in REPLICATE_PARAMS) if c in done.columns]
+    keys = group_columns(done) + replicate
+    earlier = done.sort_values("start_time").astype(str).duplicated(keys, keep="last")
+    superseded = done.sort_values("start_time")[earlier.to_numpy()]
+    return frame.drop(superseded.index), superseded
 
 
 def summarize(frame: pd.DataFrame, metrics: list[str]) -> tuple[list[str], list[list[str]]]:
@@ -85,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     if frame.empty:
         print(f"fedrun-report: experiment {args.experiment!r} has no runs", file=sys.stderr)
         return 2
+    frame, superseded = drop_reruns(frame)
     header, rows = summarize(frame, args.metrics)
     table = markdown(header, rows)
     failed = frame[frame["status"] != "FINISHED"]
@@ -107,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
                      f"{markdown(claim_header, claim_rows)}\n")
             pd.DataFrame(claim_rows, columns=claim_header).to_csv(out / "claims.csv", index=False)
             files.append(out / "claims.csv")
+    if len(superseded):
+        lines = [f"- {r.run_id}" for r in superseded.itertuples()]
+        text += (f"\n## Reruns superseded by a later run of the same options and seeds ({len(lines)})\n\n"
+                 + "\n".join(lines) + "\n")
     if failed_lines:
         text += f"\n## Runs that did not finish ({len(failed_lines)})\n\n" + "\n".join(failed_lines) + "\n"
     (out / "report.md").write_text(text)
