@@ -59,8 +59,8 @@ def drop_reruns(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         return frame, done
     replicate = [c for c in (f"param:{p}" for p in REPLICATE_PARAMS) if c in done.columns]
     keys = group_columns(done) + replicate
-    earlier = done.sort_values("start_time").astype(str).duplicated(keys, keep="last")
-    superseded = done.sort_values("start_time")[earlier.to_numpy()]
+    ordered = done.sort_values("start_time")
+    superseded = ordered[ordered.astype(str).duplicated(keys, keep="last")]
     return frame.drop(superseded.index), superseded
 
 
