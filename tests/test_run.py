@@ -70,6 +70,37 @@ def test_report_aggregates_seeds_and_lists_failed_runs(tmp_path):
     assert (tmp_path / "reports" / "t3" / "report.csv").exists()
 
 
+def test_report_ledger_keeps_runs_the_store_lost(tmp_path):
+    import pandas as pd
+
+    from fedrun.report import ledger
+
+    path = tmp_path / "results" / "t4-runs.csv"
+    results = {seed: run(["track=mlflow", "track.experiment=t4", f"sim.seed={seed}"]).test for seed in (1, 2)}
+    assert report_main(["t4", "--out", str(tmp_path / "reports"), "--ledger", str(path)]) == 0
+    client = MlflowClient()
+    for record in client.search_runs([client.get_experiment_by_name("t4").experiment_id]):
+        client.delete_run(record.info.run_id)  # the store is lost, the ledger is not
+    results[3] = run(["track=mlflow", "track.experiment=t4", "sim.seed=3"]).test
+    assert report_main(["t4", "--out", str(tmp_path / "reports"), "--ledger", str(path)]) == 0
+
+    runs = ledger.read(path)
+    assert sorted(runs["param:sim.seed"]) == ["1", "2", "3"] and set(runs["status"]) == {"FINISHED"}
+    by_seed = runs.set_index("param:sim.seed")["metric:test_hr_at_10"]
+    assert all(by_seed[str(seed)] == test["hr_at_10"] for seed, test in results.items())  # exact round trip
+    table = pd.read_csv(tmp_path / "reports" / "t4" / "report.csv")
+    assert list(table["runs"]) == [3]
+    mean = pd.Series([test["hr_at_10"] for test in results.values()]).mean()
+    assert table["test_hr_at_10"][0].startswith(f"{mean:.4f} ±")
+
+
+def test_report_ledger_without_run_columns_is_refused(tmp_path, capsys):
+    path = tmp_path / "runs.csv"
+    path.write_text("seed,hr\n1,0.5\n")
+    assert report_main(["t5", "--ledger", str(path)]) == 2
+    assert "lacks the column(s) run_id, status, start_time, reason" in capsys.readouterr().err
+
+
 def test_report_groups_by_options_and_swept_values_only():
     import pandas as pd
 

@@ -3,7 +3,8 @@
 Runs are grouped by method, backbone, dataset and every other parameter that differs
 between runs, except the training seed. Failed and killed runs are listed with their
 reason, never dropped silently. Writes CSV + Markdown under ``outputs/reports/<name>/``
-and logs both to MLflow in a run tagged ``fedrun.kind=report``.
+and logs both to MLflow in a run tagged ``fedrun.kind=report``. With ``--ledger runs.csv`` the
+runs also come from, and go back to, a CSV file kept with the results (:mod:`fedrun.report.ledger`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from fedrun.cli import config_dir
+from fedrun.report import ledger
 from fedrun.report.paper import beside_paper, claim_tests, preset_paper
 from fedrun.report.table import markdown
 from fedrun.track.mlflow import default_uri, experiment_id
@@ -86,20 +88,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--uri", default=None, help="tracking URI (default: $MLFLOW_TRACKING_URI or outputs/mlflow.db)")
     parser.add_argument("--metrics", nargs="+", default=DEFAULT_METRICS, help="final metrics to tabulate")
     parser.add_argument("--out", default="outputs/reports", help="folder for the CSV and Markdown files")
+    parser.add_argument("--ledger", type=Path, default=None,
+                        help="CSV file of earlier runs: merged with the store's runs, then rewritten with all of them")
     args = parser.parse_args(argv)
 
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(args.uri or default_uri())
+    try:
+        earlier = ledger.read(args.ledger) if args.ledger else pd.DataFrame()
+    except (ValueError, pd.errors.ParserError) as error:
+        print(f"fedrun-report: --ledger: {error}", file=sys.stderr)
+        return 2
     experiment = client.get_experiment_by_name(args.experiment)
-    if experiment is None:
+    if experiment is None and earlier.empty:
         names = ", ".join(sorted(e.name for e in client.search_experiments())) or "none"
         print(f"fedrun-report: no experiment named {args.experiment!r}; available: {names}", file=sys.stderr)
         return 2
-    frame = collect(client, experiment.experiment_id)
+    frame = ledger.merge(earlier, collect(client, experiment.experiment_id) if experiment else pd.DataFrame())
     if frame.empty:
         print(f"fedrun-report: experiment {args.experiment!r} has no runs", file=sys.stderr)
         return 2
+    if args.ledger:
+        ledger.write(frame, args.ledger)
     frame, superseded = drop_reruns(frame)
     header, rows = summarize(frame, args.metrics)
     table = markdown(header, rows)
@@ -136,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         client.log_artifact(run.info.run_id, str(path))
     client.set_terminated(run.info.run_id)
     print(text)
-    print("written: " + ", ".join(str(path) for path in files))
+    print("written: " + ", ".join(str(path) for path in files + ([args.ledger] if args.ledger else [])))
     return 0
 
 

@@ -1,0 +1,60 @@
+"""A run ledger: an experiment's runs as a CSV file that outlives the MLflow store.
+
+The SQLite store lives under ``outputs/``, which git ignores: a reproduction that spans
+sessions or machines loses the earlier runs with it. ``fedrun-report <exp> --ledger runs.csv``
+merges the ledger's runs with the store's (a run id in both: the store's copy counts),
+tabulates them all, and writes the merged ledger back. One row per run: its id, status,
+start time and failure reason, every parameter, and the last value of every metric.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+RUN_COLUMNS = ["run_id", "status", "start_time", "reason"]
+
+
+def normalize(frame: pd.DataFrame) -> pd.DataFrame:
+    """One spelling of "not set" for parameters (NaN, never the empty string), so that a run
+    read back from the ledger groups with the same run read from the store."""
+    params = [c for c in frame.columns if c.startswith("param:")]
+    frame = frame.copy()
+    frame[params] = frame[params].replace("", float("nan"))
+    return frame
+
+
+def read(path: Path) -> pd.DataFrame:
+    """The ledger's runs, typed as :func:`fedrun.report.cli.collect` returns them; empty if the
+    file does not exist yet."""
+    if not path.exists():
+        return pd.DataFrame()
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    missing = [c for c in RUN_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"ledger {path} lacks the column(s) {', '.join(missing)}; "
+                         f"a ledger has {', '.join(RUN_COLUMNS)}, param:* and metric:* columns")
+    metrics = [c for c in frame.columns if c.startswith("metric:")]
+    frame[metrics] = frame[metrics].replace("", float("nan")).astype(float)
+    frame["start_time"] = frame["start_time"].astype("int64")
+    return normalize(frame)
+
+
+def merge(ledger: pd.DataFrame, store: pd.DataFrame) -> pd.DataFrame:
+    """All runs of both, once each; a run id in both keeps the store's (newer) record."""
+    if ledger.empty:
+        return normalize(store) if not store.empty else store
+    if store.empty:
+        return ledger
+    older = ledger[~ledger["run_id"].isin(store["run_id"])]
+    return pd.concat([older, normalize(store)], ignore_index=True)
+
+
+def write(frame: pd.DataFrame, path: Path) -> None:
+    """Runs in start order; columns: the run's own, then parameters, then metrics, each sorted."""
+    params = sorted(c for c in frame.columns if c.startswith("param:"))
+    metrics = sorted(c for c in frame.columns if c.startswith("metric:"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame.sort_values(["start_time", "run_id"])[RUN_COLUMNS + params + metrics].to_csv(
+        path, index=False, na_rep="")  # floats as repr: they read back exactly
