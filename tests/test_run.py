@@ -84,6 +84,8 @@ def test_report_ledger_keeps_runs_the_store_lost(tmp_path):
     results[3] = run(["track=mlflow", "track.experiment=t4", "sim.seed=3"]).test
     assert report_main(["t4", "--out", str(tmp_path / "reports"), "--ledger", str(path)]) == 0
 
+    assert report_main(["t4", "--out", str(tmp_path / "reports"), "--ledger", str(path)]) == 0  # seed 3 in both
+
     runs = ledger.read(path)
     assert sorted(runs["param:sim.seed"]) == ["1", "2", "3"] and set(runs["status"]) == {"FINISHED"}
     by_seed = runs.set_index("param:sim.seed")["metric:test_hr_at_10"]
@@ -99,6 +101,9 @@ def test_report_ledger_without_run_columns_is_refused(tmp_path, capsys):
     path.write_text("seed,hr\n1,0.5\n")
     assert report_main(["t5", "--ledger", str(path)]) == 2
     assert "lacks the column(s) run_id, status, start_time, reason" in capsys.readouterr().err
+    path.write_text("run_id,status,start_time,reason,metric:test_hr_at_10\na,FINISHED,1,,high\n")
+    assert report_main(["t5", "--ledger", str(path)]) == 2
+    assert "column 'metric:test_hr_at_10' must hold numbers" in capsys.readouterr().err
 
 
 def test_report_groups_by_options_and_swept_values_only():

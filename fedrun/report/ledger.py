@@ -35,20 +35,23 @@ def read(path: Path) -> pd.DataFrame:
     if missing:
         raise ValueError(f"ledger {path} lacks the column(s) {', '.join(missing)}; "
                          f"a ledger has {', '.join(RUN_COLUMNS)}, param:* and metric:* columns")
-    metrics = [c for c in frame.columns if c.startswith("metric:")]
-    frame[metrics] = frame[metrics].replace("", float("nan")).astype(float)
-    frame["start_time"] = frame["start_time"].astype("int64")
+    for column in [c for c in frame.columns if c.startswith("metric:")] + ["start_time"]:
+        try:
+            values = frame[column].replace("", float("nan")).astype(float)
+        except ValueError as error:
+            raise ValueError(f"ledger {path}: column {column!r} must hold numbers ({error})") from None
+        frame[column] = values.astype("int64") if column == "start_time" else values
     return normalize(frame)
 
 
 def merge(ledger: pd.DataFrame, store: pd.DataFrame) -> pd.DataFrame:
     """All runs of both, once each; a run id in both keeps the store's (newer) record."""
-    if ledger.empty:
-        return normalize(store) if not store.empty else store
     if store.empty:
         return ledger
-    older = ledger[~ledger["run_id"].isin(store["run_id"])]
-    return pd.concat([older, normalize(store)], ignore_index=True)
+    store = normalize(store)
+    if ledger.empty:
+        return store
+    return pd.concat([ledger[~ledger["run_id"].isin(store["run_id"])], store], ignore_index=True)
 
 
 def write(frame: pd.DataFrame, path: Path) -> None:
