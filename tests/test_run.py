@@ -144,6 +144,31 @@ def test_claim_test_pairs_rows_by_seed():
     assert claim_tests(frame, {"metrics": ["test_hr_at_10"]}) == (header, [])
 
 
+def test_row_variants_are_tabulated_and_paired_apart():
+    """A central row trained 20 epochs and one trained to convergence, same seeds: two lines in both
+    tables, never one mean over both nor pairs that mix them."""
+    import pandas as pd
+
+    from fedrun.report.paper import beside_paper, claim_tests
+
+    frame = pd.DataFrame({
+        "param:choices.dataset": ["sports"] * 6, "param:choices.backbone": ["fedcl/ncf"] * 6,
+        "param:choices.row": ["fedcl/fedcl"] * 2 + ["fedcl/central"] * 4,
+        "param:sim.epochs": ["20", "20", "20", "20", "200", "200"],
+        "param:sim.seed": ["1", "2", "1", "2", "1", "2"],
+        "metric:test_hr_at_10": [0.30, 0.32, 0.10, 0.13, 0.50, 0.56],
+    })
+    paper = {"metrics": ["test_hr_at_10"], "best_row": "fedcl", "sports": {"ncf": {"central": [0.4]}}}
+    _, rows = beside_paper(frame, paper, ["param:sim.epochs"])
+    by_row = {row[2]: row for row in rows}
+    assert set(by_row) == {"fedcl", "central (sim.epochs=20)", "central (sim.epochs=200)"}
+    assert by_row["central (sim.epochs=20)"][3:] == ["2", "0.1150 ± 0.0212", "0.4000"]
+    assert by_row["central (sim.epochs=200)"][4] == "0.5300 ± 0.0424"
+    _, claims = claim_tests(frame, paper, ["param:sim.epochs"])
+    assert [(c[2], c[3], c[4]) for c in claims] == [("central (sim.epochs=20)", "2", "+0.1950"),
+                                                     ("central (sim.epochs=200)", "2", "-0.2200")]
+
+
 @pytest.mark.parametrize("name", ["nan", "2024"])
 def test_numeric_looking_experiment_names_stay_names(name):
     run(["track=mlflow", f"track.experiment={name}", "sim.max_rounds=1"])

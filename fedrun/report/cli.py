@@ -124,11 +124,13 @@ def main(argv: list[str] | None = None) -> int:
     presets = frame["param:choices.experiment"].dropna().unique() if "param:choices.experiment" in frame else []
     paper = preset_paper(str(presets[0]), Path(config_dir())) if len(presets) == 1 else None
     if paper is not None:
-        paper_header, paper_rows = beside_paper(frame[frame["status"] == "FINISHED"], paper)
+        done = frame[frame["status"] == "FINISHED"]
+        varying = [c for c in group_columns(done) if not c.startswith("param:choices.")]
+        paper_header, paper_rows = beside_paper(done, paper, varying)
         text += f"\n## Beside the paper ({presets[0]})\n\n{markdown(paper_header, paper_rows)}\n"
         pd.DataFrame(paper_rows, columns=paper_header).to_csv(out / "paper.csv", index=False)
         files.append(out / "paper.csv")
-        claim_header, claim_rows = claim_tests(frame[frame["status"] == "FINISHED"], paper)
+        claim_header, claim_rows = claim_tests(done, paper, varying)
         if claim_rows:
             text += (f"\n## Is {paper['best_row']} best? Difference to each other row, paired t-test over seeds\n\n"
                      f"{markdown(claim_header, claim_rows)}\n")

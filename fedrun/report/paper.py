@@ -4,6 +4,11 @@ The block is ``paper.metrics`` (the metric names, in order) and ``paper.<dataset
 lists of numbers in that order, ``<row>`` and ``<backbone>`` being the last part of the run's
 ``row`` and ``backbone`` options (``row=fedcl/fed`` → ``fed``, ``backbone=fedcl/ncf`` → ``ncf``).
 ``paper.best_row`` names the row the paper claims is best; the report tests that claim.
+
+Runs of one dataset, backbone and row that differ in another swept parameter (a central row trained
+20 epochs and one trained to convergence: ``sim.epochs``, ``sim.patience``) are variants of that
+row: each gets its own line, labelled with those parameters, and is never averaged or paired with
+the other.
 """
 
 from __future__ import annotations
@@ -22,19 +27,39 @@ def preset_paper(preset: str, conf_dir: Path) -> dict | None:
     return paper if isinstance(paper, dict) and "metrics" in paper else None
 
 
-def beside_paper(done: pd.DataFrame, paper: dict) -> tuple[list[str], list[list[str]]]:
-    """Finished runs grouped by (dataset, backbone, row) → for each paper metric: fedrun mean ± std, paper."""
+ROW_KEYS = ["param:choices.dataset", "param:choices.backbone", "param:choices.row"]
+
+
+def with_variants(done: pd.DataFrame, varying: list[str]) -> pd.DataFrame:
+    """``done`` plus ``row`` (the row option's last part: ``fedcl/fed`` → ``fed``) and ``variant`` (the
+    row, followed by the ``varying`` parameters whose values differ between runs of its dataset, backbone and row)."""
+    row = done["param:choices.row"].astype(str).str.split("/").str[-1]
+    frame = done.assign(row=row, variant=row)
+    text = frame.astype(str)
+    for _, group in text.groupby(ROW_KEYS, dropna=False):
+        differing = [c for c in varying if c in group and group[c].nunique() > 1]
+        if differing:
+            settings = group[differing].apply(
+                lambda run: ", ".join(f"{c[len('param:'):]}={run[c]}" for c in differing), axis=1)
+            frame.loc[group.index, "variant"] = group["variant"] + " (" + settings + ")"
+    return frame
+
+
+def beside_paper(done: pd.DataFrame, paper: dict, varying: list[str] = ()) -> tuple[list[str], list[list[str]]]:
+    """Finished runs grouped by (dataset, backbone, row variant) → for each paper metric: fedrun
+    mean ± std, paper. ``varying``: the swept parameters that can tell variants apart."""
     metrics = list(paper["metrics"])
-    keys = ["param:choices.dataset", "param:choices.backbone", "param:choices.row"]
     header = ["dataset", "backbone", "row", "runs"]
     for metric in metrics:
         header += [f"{metric} fedrun", f"{metric} paper"]
     rows = []
-    if any(k not in done.columns for k in keys):
+    if any(k not in done.columns for k in ROW_KEYS):
         return header, rows
-    for (dataset, backbone, row), group in done.groupby(keys, dropna=False):
-        published = paper.get(dataset, {}).get(str(backbone).split("/")[-1], {}).get(str(row).split("/")[-1])
-        cells = [dataset, backbone, str(row), str(len(group))]
+    frame = with_variants(done, list(varying))
+    for (dataset, backbone, variant), group in frame.groupby(ROW_KEYS[:2] + ["variant"], dropna=False):
+        row = group["row"].iloc[0]
+        published = paper.get(dataset, {}).get(str(backbone).split("/")[-1], {}).get(row)
+        cells = [dataset, backbone, variant, str(len(group))]
         for k, metric in enumerate(metrics):
             col = group[f"metric:{metric}"].dropna() if f"metric:{metric}" in group else pd.Series(dtype=float)
             ours = "" if col.empty else f"{col.mean():.4f} ± {col.std(ddof=1) if len(col) > 1 else 0.0:.4f}"
@@ -43,34 +68,42 @@ def beside_paper(done: pd.DataFrame, paper: dict) -> tuple[list[str], list[list[
     return header, rows
 
 
-def claim_tests(done: pd.DataFrame, paper: dict) -> tuple[list[str], list[list[str]]]:
-    """The paper's "``paper.best_row`` is best" claim, per (dataset, backbone) and other row: the
-    mean difference best − other of each paper metric over the seeds both rows ran, and the
-    two-sided paired t-test p-value (pairs share the seed, hence the split and initialisation)."""
-    from scipy.stats import ttest_rel
-
+def claim_tests(done: pd.DataFrame, paper: dict, varying: list[str] = ()) -> tuple[list[str], list[list[str]]]:
+    """The paper's "``paper.best_row`` is best" claim, per (dataset, backbone) and other row variant:
+    the mean difference best − other of each paper metric over the seeds both ran, and the
+    two-sided paired t-test p-value (pairs share the seed, hence the split and initialisation).
+    When the best row itself has variants, each is compared (its label in the ``row`` column)."""
     best, metrics = paper.get("best_row"), list(paper["metrics"])
     header = ["dataset", "backbone", "row", "seeds"] + [f"{m} {part}" for m in metrics for part in ("diff", "p")]
     needed = ["param:choices.dataset", "param:choices.backbone", "param:choices.row", "param:sim.seed"]
     if best is None or any(k not in done.columns for k in needed):
         return header, []
-    frame = done.assign(row=done["param:choices.row"].astype(str).str.split("/").str[-1])
+    frame = with_variants(done, list(varying))
     rows = []
     for (dataset, backbone), group in frame.groupby(needed[:2]):
-        ours = group[group["row"] == best].set_index("param:sim.seed")
-        if ours.empty:  # the best row did not run here: nothing to compare
-            continue
-        for row in sorted(set(group["row"]) - {best}):
-            other = group[group["row"] == row].set_index("param:sim.seed")
-            seeds = ours.index.intersection(other.index)
-            cells = [dataset, backbone, row, str(len(seeds))]
-            for metric in metrics:
-                column = f"metric:{metric}"
-                if column not in group or not len(seeds):
-                    cells += ["", ""]
-                    continue
-                a, b = ours.loc[seeds, column].astype(float), other.loc[seeds, column].astype(float)
-                p = float(ttest_rel(a, b).pvalue) if len(seeds) > 1 and (a - b).std() > 0 else float("nan")
-                cells += [f"{(a - b).mean():+.4f}", "" if p != p else f"{p:.3f}"]
-            rows.append(cells)
+        others = group[group["row"] != best]
+        best_variants = sorted(set(group.loc[group["row"] == best, "variant"]))
+        for best_variant in best_variants:  # none when the best row did not run here
+            ours = group[group["variant"] == best_variant].set_index("param:sim.seed")
+            for variant in sorted(set(others["variant"])):
+                theirs = others[others["variant"] == variant].set_index("param:sim.seed")
+                label = f"{variant} vs {best_variant}" if len(best_variants) > 1 else variant
+                rows.append([dataset, backbone, label] + _paired(ours, theirs, metrics))
     return header, rows
+
+
+def _paired(ours: pd.DataFrame, theirs: pd.DataFrame, metrics: list[str]) -> list[str]:
+    """[seeds, then per metric: mean difference ours − theirs over shared seeds, paired t-test p]."""
+    from scipy.stats import ttest_rel
+
+    seeds = ours.index.intersection(theirs.index)
+    cells = [str(len(seeds))]
+    for metric in metrics:
+        column = f"metric:{metric}"
+        if column not in ours or not len(seeds):
+            cells += ["", ""]
+            continue
+        a, b = ours.loc[seeds, column].astype(float), theirs.loc[seeds, column].astype(float)
+        p = float(ttest_rel(a, b).pvalue) if len(seeds) > 1 and (a - b).std() > 0 else float("nan")
+        cells += [f"{(a - b).mean():+.4f}", "" if p != p else f"{p:.3f}"]
+    return cells
