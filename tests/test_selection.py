@@ -66,6 +66,8 @@ def test_patience_stops_after_that_many_validations_without_improvement():
 def test_keep_best_tests_the_best_validated_model():
     result = loop([0.1, 0.3, 0.2, 0.25, 0.29, 0.1], keep_best=True)
     assert result.rounds == 6 and result.test["ndcg_at_10"] == 2.0
+    assert result.valid["ndcg_at_10"] == 0.3  # the tested model's validation, beside its test
+    assert loop([0.1, 0.3, 0.2, 0.25, 0.29, 0.1]).valid["ndcg_at_10"] == 0.1  # without keep_best: the last
 
 
 def test_rating_errors_improve_downwards():

@@ -32,6 +32,7 @@ class RunnerState:
     best_round: int = 0  # rounds done when it was reached
     stale: int = 0  # validations since then without improvement
     best_state: dict[str, Any] | None = None  # the method's state then (sim.keep_best), cloned
+    best_valid_metrics: dict[str, float] = field(default_factory=dict)  # every validation metric then
 
 
 def snapshot(state: Any) -> Any:

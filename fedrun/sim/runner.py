@@ -37,7 +37,7 @@ class Interrupted(FedrunError):
 @dataclass
 class RunResult:
     test: dict[str, float]
-    valid: dict[str, float] = field(default_factory=dict)
+    valid: dict[str, float] = field(default_factory=dict)  # of the tested model (the best one under sim.keep_best)
     rounds: int = 0
     train_seconds: float = 0.0
     eval_seconds: float = 0.0
@@ -99,7 +99,8 @@ def run_loop(method: Method, evaluator: Evaluator, tracker: Tracker, sim: SimCon
     tracker.log_metrics({f"test_{k}": v for k, v in test.items()}, step=rounds)
     tracker.log_metrics({"train_seconds": state.train_seconds, "eval_seconds": state.eval_seconds,
                          "seconds_per_round": state.train_seconds / max(rounds, 1), **selection}, step=rounds)
-    return RunResult(test, state.valid, rounds, state.train_seconds, state.eval_seconds)
+    tested_valid = state.best_valid_metrics if sim.keep_best and state.best_state is not None else state.valid
+    return RunResult(test, tested_valid, rounds, state.train_seconds, state.eval_seconds)
 
 
 def _track_best(state: RunnerState, method: Method, evaluator: Evaluator, keep_best: bool, rounds_done: int) -> None:
@@ -108,6 +109,7 @@ def _track_best(state: RunnerState, method: Method, evaluator: Evaluator, keep_b
     value = state.valid[monitor]
     if evaluator.improves(value, state.best_valid, monitor):
         state.best_valid, state.best_round, state.stale = value, rounds_done, 0
+        state.best_valid_metrics = dict(state.valid)
         state.best_state = snapshot(method.state_dict()) if keep_best else None
     else:
         state.stale += 1
