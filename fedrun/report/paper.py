@@ -75,12 +75,11 @@ def claim_tests(done: pd.DataFrame, paper: dict, varying: list[str] = ()) -> tup
     When the best row itself has variants, each is compared (its label in the ``row`` column)."""
     best, metrics = paper.get("best_row"), list(paper["metrics"])
     header = ["dataset", "backbone", "row", "seeds"] + [f"{m} {part}" for m in metrics for part in ("diff", "p")]
-    needed = ["param:choices.dataset", "param:choices.backbone", "param:choices.row", "param:sim.seed"]
-    if best is None or any(k not in done.columns for k in needed):
+    if best is None or any(k not in done.columns for k in ROW_KEYS + ["param:sim.seed"]):
         return header, []
     frame = with_variants(done, list(varying))
     rows = []
-    for (dataset, backbone), group in frame.groupby(needed[:2]):
+    for (dataset, backbone), group in frame.groupby(ROW_KEYS[:2]):
         others = group[group["row"] != best]
         best_variants = sorted(set(group.loc[group["row"] == best, "variant"]))
         for best_variant in best_variants:  # none when the best row did not run here
