@@ -144,6 +144,33 @@ def test_claim_test_pairs_rows_by_seed():
     assert claim_tests(frame, {"metrics": ["test_hr_at_10"]}) == (header, [])
 
 
+def test_order_claims_give_a_verdict_per_claim_and_cell():
+    import pandas as pd
+    from scipy.stats import ttest_rel
+
+    from fedrun.report.paper import order_claims
+
+    fed, central, bil = [0.10, 0.12, 0.11], [0.20, 0.25, 0.21], [0.13, 0.10, 0.12]
+    frame = pd.DataFrame({
+        "param:choices.dataset": ["yelp"] * 7, "param:choices.backbone": ["fedcl/gru4rec"] * 7,
+        "param:choices.row": ["fedcl/fed"] * 3 + ["fedcl/central"] * 3 + ["fedcl/bil"],
+        "param:sim.seed": ["1", "2", "3", "3", "1", "2", "2"],
+        "metric:test_hr_at_10": [*fed, central[2], central[0], central[1], bil[1]],
+    })
+    paper = {"metrics": ["test_hr_at_5", "test_hr_at_10"], "claims": ["fed < central", "fed < bil", "central < fed"]}
+    header, rows = order_claims(frame, paper)
+    assert header[4:6] == ["test_hr_at_10 low", "test_hr_at_10 high"]  # the second metric by default
+    by_claim = {row[2]: row[3:] for row in rows}
+    p = f"{ttest_rel(central, fed).pvalue:.3f}"
+    assert by_claim["fed < central"] == ["3", "0.1100", "0.2200", "+0.1100", p, "holds"]  # paired by seed
+    assert by_claim["central < fed"] == ["3", "0.2200", "0.1100", "-0.1100", p, "reversed"]
+    assert by_claim["fed < bil"] == ["1", "0.1200", "0.1000", "-0.0200", "", "one seed, reversed"]
+    level = frame.assign(**{"metric:test_hr_at_10": [0.1, 0.2, 0.3, 0.45, 0.05, 0.15, 0.0]})
+    assert order_claims(level, paper)[1][0][-1] == "level, same direction"
+    with pytest.raises(ValueError, match="'fed > central' is not a claim"):
+        order_claims(frame, {"metrics": ["test_hr_at_10"], "claims": ["fed > central"]})
+
+
 def test_row_variants_are_tabulated_and_paired_apart():
     """A central row trained 20 epochs and one trained to convergence, same seeds: two lines in both
     tables, never one mean over both nor pairs that mix them."""

@@ -17,7 +17,7 @@ import pandas as pd
 
 from fedrun.cli import config_dir
 from fedrun.report import ledger
-from fedrun.report.paper import beside_paper, claim_tests, preset_paper
+from fedrun.report.paper import ALPHA, beside_paper, claim_tests, order_claims, preset_paper
 from fedrun.report.table import markdown
 from fedrun.track.mlflow import default_uri, experiment_id
 
@@ -82,6 +82,26 @@ def summarize(frame: pd.DataFrame, metrics: list[str]) -> tuple[list[str], list[
     return header, rows
 
 
+def paper_sections(done: pd.DataFrame, paper: dict, preset: str, out: Path, files: list[Path]) -> str:
+    """The report's sections on the preset's paper: its numbers beside fedrun's, its "best row"
+    claim and its ordering claims tested over seeds. Each table is also written as CSV (added to ``files``)."""
+    varying = [c for c in group_columns(done) if not c.startswith("param:choices.")]
+    sections = [
+        (f"Beside the paper ({preset})", "paper.csv", beside_paper(done, paper, varying)),
+        (f"Is {paper.get('best_row')} best? Difference to each other row, paired t-test over seeds", "claims.csv",
+         claim_tests(done, paper, varying)),
+        (f"The paper's claims one by one, paired t-test over seeds (verdict at p < {ALPHA})", "order_claims.csv",
+         order_claims(done, paper, varying)),
+    ]
+    text = ""
+    for k, (title, name, (header, rows)) in enumerate(sections):
+        if rows or k == 0:  # the paper's numbers always; a claim table only where it has rows
+            text += f"\n## {title}\n\n{markdown(header, rows)}\n"
+            pd.DataFrame(rows, columns=header).to_csv(out / name, index=False)
+            files.append(out / name)
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fedrun-report", description=__doc__.splitlines()[0])
     parser.add_argument("experiment", help="MLflow experiment name (e.g. the dataset name, or a preset's name)")
@@ -124,18 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     presets = frame["param:choices.experiment"].dropna().unique() if "param:choices.experiment" in frame else []
     paper = preset_paper(str(presets[0]), Path(config_dir())) if len(presets) == 1 else None
     if paper is not None:
-        done = frame[frame["status"] == "FINISHED"]
-        varying = [c for c in group_columns(done) if not c.startswith("param:choices.")]
-        paper_header, paper_rows = beside_paper(done, paper, varying)
-        text += f"\n## Beside the paper ({presets[0]})\n\n{markdown(paper_header, paper_rows)}\n"
-        pd.DataFrame(paper_rows, columns=paper_header).to_csv(out / "paper.csv", index=False)
-        files.append(out / "paper.csv")
-        claim_header, claim_rows = claim_tests(done, paper, varying)
-        if claim_rows:
-            text += (f"\n## Is {paper['best_row']} best? Difference to each other row, paired t-test over seeds\n\n"
-                     f"{markdown(claim_header, claim_rows)}\n")
-            pd.DataFrame(claim_rows, columns=claim_header).to_csv(out / "claims.csv", index=False)
-            files.append(out / "claims.csv")
+        text += paper_sections(frame[frame["status"] == "FINISHED"], paper, str(presets[0]), out, files)
     if len(superseded):
         lines = [f"- {r.run_id}" for r in superseded.itertuples()]
         text += (f"\n## Reruns superseded by a later run of the same options and seeds ({len(lines)})\n\n"

@@ -4,6 +4,8 @@ The block is ``paper.metrics`` (the metric names, in order) and ``paper.<dataset
 lists of numbers in that order, ``<row>`` and ``<backbone>`` being the last part of the run's
 ``row`` and ``backbone`` options (``row=fedcl/fed`` → ``fed``, ``backbone=fedcl/ncf`` → ``ncf``).
 ``paper.best_row`` names the row the paper claims is best; the report tests that claim.
+``paper.claims`` lists the paper's other ordering claims, each ``"<row> < <row>"`` (``fed < central``:
+federated below centralized); the report tests each on ``paper.claim_metric`` and gives a verdict.
 
 Runs of one dataset, backbone and row that differ in another swept parameter (a central row trained
 20 epochs and one trained to convergence: ``sim.epochs``, ``sim.patience``) are variants of that
@@ -89,6 +91,59 @@ def claim_tests(done: pd.DataFrame, paper: dict, varying: list[str] = ()) -> tup
                 label = f"{variant} vs {best_variant}" if len(best_variants) > 1 else variant
                 rows.append([dataset, backbone, label] + _paired(ours, theirs, metrics))
     return header, rows
+
+
+ALPHA = 0.05  # the significance level of the verdicts
+
+
+def order_claims(done: pd.DataFrame, paper: dict, varying: list[str] = ()) -> tuple[list[str], list[list[str]]]:
+    """Each ``paper.claims`` entry ``"low < high"`` per (dataset, backbone) and row variants, on
+    ``paper.claim_metric`` (default: the second paper metric, HR@10 in the FedCL tables): the means of
+    both rows over the seeds both ran, their difference high − low, the two-sided paired t-test p and a
+    verdict — ``holds`` / ``reversed`` (p < ALPHA), ``level`` (p ≥ ALPHA; the sign said), or ``one seed``
+    (no test possible; the sign said)."""
+    metric = paper.get("claim_metric") or list(paper["metrics"])[min(1, len(paper["metrics"]) - 1)]
+    header = ["dataset", "backbone", "claim", "seeds", f"{metric} low", f"{metric} high", "diff", "p", "verdict"]
+    claims = [_parse_claim(text) for text in paper.get("claims", [])]
+    if not claims or any(k not in done.columns for k in ROW_KEYS + ["param:sim.seed", f"metric:{metric}"]):
+        return header, []
+    frame = with_variants(done, list(varying))
+    rows = []
+    for (dataset, backbone), group in frame.groupby(ROW_KEYS[:2]):
+        for low, high in claims:
+            for low_variant in sorted(set(group.loc[group["row"] == low, "variant"])):
+                for high_variant in sorted(set(group.loc[group["row"] == high, "variant"])):
+                    a = group[group["variant"] == low_variant].set_index("param:sim.seed")[f"metric:{metric}"]
+                    b = group[group["variant"] == high_variant].set_index("param:sim.seed")[f"metric:{metric}"]
+                    seeds = a.index.intersection(b.index)
+                    if len(seeds):
+                        rows.append([dataset, backbone, f"{low_variant} < {high_variant}"]
+                                    + _verdict(a.loc[seeds].astype(float), b.loc[seeds].astype(float)))
+    return header, rows
+
+
+def _parse_claim(text: str) -> tuple[str, str]:
+    parts = [part.strip() for part in str(text).split("<")]
+    if len(parts) != 2 or not all(parts):
+        raise ValueError(f"paper.claims: {text!r} is not a claim; write one as '<row> < <row>', e.g. 'fed < central'")
+    return parts[0], parts[1]
+
+
+def _verdict(low: pd.Series, high: pd.Series) -> list[str]:
+    """[seeds, mean low, mean high, mean difference high − low, paired p, verdict] over paired seeds."""
+    from scipy.stats import ttest_rel
+
+    diff = float((high - low).mean())
+    sign = "same direction" if diff > 0 else "reversed"
+    p = float(ttest_rel(high, low).pvalue) if len(low) > 1 and (high - low).std() > 0 else float("nan")
+    if len(low) < 2:
+        verdict = f"one seed, {sign}"
+    elif p != p or p >= ALPHA:
+        verdict = f"level, {sign}"
+    else:
+        verdict = "holds" if diff > 0 else "reversed"
+    return [str(len(low)), f"{low.mean():.4f}", f"{high.mean():.4f}", f"{diff:+.4f}",
+            "" if p != p else f"{p:.3f}", verdict]
 
 
 def _paired(ours: pd.DataFrame, theirs: pd.DataFrame, metrics: list[str]) -> list[str]:
