@@ -21,8 +21,10 @@ from fedrun.report.paper import ALPHA, beside_paper, claim_tests, order_claims, 
 from fedrun.report.table import markdown
 from fedrun.track.mlflow import default_uri, experiment_id
 
-# replicates (averaged over, not grouped by): training seeds, data-split seeds and folds
-SEED_PARAMS = {"sim.seed", "sim.progress", "sim.device", "device", "dataset.split.seed", "dataset.split.fold"}
+# averaged over, not grouped by: training seeds, data-split seeds and folds, and settings that say
+# how a run executes rather than what it computes (threads, progress bar, device, checkpoints)
+SEED_PARAMS = {"sim.seed", "sim.progress", "sim.device", "device", "dataset.split.seed", "dataset.split.fold",
+               "sim.threads", "sim.checkpoint_dir", "sim.checkpoint_every", "sim.resume"}
 REPLICATE_PARAMS = ("sim.seed", "dataset.split.seed", "dataset.split.fold")  # what makes two runs replicates
 DEFAULT_METRICS = ["test_hr_at_10", "test_ndcg_at_10", "test_recall_at_20", "test_ndcg_at_20", "test_mae", "test_rmse"]
 
