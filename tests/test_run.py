@@ -196,6 +196,23 @@ def test_row_variants_are_tabulated_and_paired_apart():
                                                      ("central (sim.epochs=200)", "2", "-0.2200")]
 
 
+def test_execution_settings_are_not_row_variants():
+    """Seeds of one row run with different thread counts or checkpoint folders are one row; a
+    setting that changes what is computed (epochs) still splits it."""
+    import pandas as pd
+
+    from fedrun.report.cli import group_columns
+
+    frame = pd.DataFrame({
+        "param:choices.method": ["fedcl"] * 4, "param:choices.backbone": ["fedcl/ncf"] * 4,
+        "param:choices.dataset": ["sports"] * 4, "param:sim.seed": ["1", "2", "3", "1"],
+        "param:sim.threads": ["1", "2", "1", "1"], "param:sim.checkpoint_dir": ["a", "b", "c", "d"],
+        "param:sim.epochs": ["20", "20", "20", "200"],
+    })
+    assert group_columns(frame) == ["param:choices.method", "param:choices.backbone",
+                                    "param:choices.dataset", "param:sim.epochs"]
+
+
 @pytest.mark.parametrize("name", ["nan", "2024"])
 def test_numeric_looking_experiment_names_stay_names(name):
     run(["track=mlflow", f"track.experiment={name}", "sim.max_rounds=1"])
