@@ -8,9 +8,12 @@ KILLED with the reason in the ``fedrun.failure_reason`` tag.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,7 +76,8 @@ class Mlflow(Tracker):
 
         if self.client is None:
             logging.getLogger("mlflow").setLevel(logging.WARNING)  # after mlflow's import-time setup: no chatter
-            self.client = MlflowClient(self.uri)
+            with store_creation_lock(self.uri):
+                self.client = MlflowClient(self.uri)  # opens the store: creates and migrates a new SQLite file
         return self.client
 
     def resume(self, run_id: str) -> bool:
@@ -140,6 +144,27 @@ class Mlflow(Tracker):
             return None
         return (f"MLflow run {self._run_id}: `mlflow ui --backend-store-uri {self.uri}`, then the runs table at "
                 f"http://127.0.0.1:5000/#/experiments/{self.experiment_id}/runs")
+
+
+@contextlib.contextmanager
+def store_creation_lock(uri: str) -> Iterator[None]:
+    """Holds an exclusive lock beside a SQLite store while it is opened.
+
+    Opening a store that does not exist yet creates its schema; two processes doing it at once
+    (two runs started together, a joblib sweep on a fresh ``outputs/``) both migrate and one
+    fails with ``duplicate column name``. Other URIs (a tracking server) need no lock.
+    """
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    database = Path(uri[len("sqlite:///"):])
+    database.parent.mkdir(parents=True, exist_ok=True)
+    with open(database.with_name(database.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def experiment_id(client, name: str) -> str:
