@@ -96,6 +96,23 @@ def test_report_ledger_keeps_runs_the_store_lost(tmp_path):
     assert table["test_hr_at_10"][0].startswith(f"{mean:.4f} ±")
 
 
+def test_report_ledger_leaves_out_runs_in_flight(tmp_path):
+    from fedrun.report import ledger
+
+    path = tmp_path / "t6-runs.csv"
+    run(["track=mlflow", "track.experiment=t6", "sim.seed=1"])
+    client = MlflowClient()
+    in_flight = client.create_run(client.get_experiment_by_name("t6").experiment_id).info.run_id
+    client.log_param(in_flight, "sim.seed", "2")
+    assert report_main(["t6", "--out", str(tmp_path / "reports"), "--ledger", str(path)]) == 0
+    assert "RUNNING" in (tmp_path / "reports" / "t6" / "report.md").read_text()  # the report still lists it
+    runs = ledger.read(path)
+    assert list(runs["param:sim.seed"]) == ["1"] and in_flight not in set(runs["run_id"])
+    client.set_terminated(in_flight, status="KILLED")
+    assert report_main(["t6", "--out", str(tmp_path / "reports"), "--ledger", str(path)]) == 0
+    assert set(ledger.read(path)["status"]) == {"FINISHED", "KILLED"}  # recorded once it ended
+
+
 def test_report_ledger_without_run_columns_is_refused(tmp_path, capsys):
     path = tmp_path / "runs.csv"
     path.write_text("seed,hr\n1,0.5\n")

@@ -55,7 +55,11 @@ def merge(ledger: pd.DataFrame, store: pd.DataFrame) -> pd.DataFrame:
 
 
 def write(frame: pd.DataFrame, path: Path) -> None:
-    """Runs in start order; columns: the run's own, then parameters, then metrics, each sorted."""
+    """Runs in start order; columns: the run's own, then parameters, then metrics, each sorted.
+
+    Runs still in flight are left out: they hold no result yet, and a row written RUNNING would
+    read RUNNING for ever if the machine died under the run. The report after it ends records it."""
+    frame = frame[frame["status"] != "RUNNING"]
     params = sorted(c for c in frame.columns if c.startswith("param:"))
     metrics = sorted(c for c in frame.columns if c.startswith("metric:"))
     path.parent.mkdir(parents=True, exist_ok=True)
