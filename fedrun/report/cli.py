@@ -19,7 +19,7 @@ from fedrun.cli import config_dir
 from fedrun.report import ledger
 from fedrun.report.paper import ALPHA, beside_paper, claim_tests, order_claims, preset_paper
 from fedrun.report.table import markdown
-from fedrun.track.mlflow import default_uri, experiment_id
+from fedrun.track.mlflow import default_uri, experiment_id, open_client
 
 # averaged over, not grouped by: training seeds, data-split seeds and folds, and settings that say
 # how a run executes rather than what it computes (threads, progress bar, device, checkpoints)
@@ -114,9 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="CSV file of earlier runs: merged with the store's runs, then rewritten with all of them")
     args = parser.parse_args(argv)
 
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(args.uri or default_uri())
+    client = open_client(args.uri or default_uri())
     try:
         earlier = ledger.read(args.ledger) if args.ledger else pd.DataFrame()
     except ValueError as error:  # pandas' parser errors are ValueErrors too

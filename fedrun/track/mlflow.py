@@ -72,12 +72,8 @@ class Mlflow(Tracker):
         return self._run_id
 
     def _client(self):
-        from mlflow.tracking import MlflowClient
-
         if self.client is None:
-            logging.getLogger("mlflow").setLevel(logging.WARNING)  # after mlflow's import-time setup: no chatter
-            with store_creation_lock(self.uri):
-                self.client = MlflowClient(self.uri)  # opens the store: creates and migrates a new SQLite file
+            self.client = open_client(self.uri)
         return self.client
 
     def resume(self, run_id: str) -> bool:
@@ -146,25 +142,30 @@ class Mlflow(Tracker):
                 f"http://127.0.0.1:5000/#/experiments/{self.experiment_id}/runs")
 
 
-@contextlib.contextmanager
-def store_creation_lock(uri: str) -> Iterator[None]:
-    """Holds an exclusive lock beside a SQLite store while it is opened.
+def open_client(uri: str):
+    """An ``MlflowClient`` on ``uri``; a SQLite store is opened under an exclusive lock beside it.
 
     Opening a store that does not exist yet creates its schema; two processes doing it at once
     (two runs started together, a joblib sweep on a fresh ``outputs/``) both migrate and one
     fails with ``duplicate column name``. Other URIs (a tracking server) need no lock.
     """
+    from mlflow.tracking import MlflowClient
+
+    logging.getLogger("mlflow").setLevel(logging.WARNING)  # after mlflow's import-time setup: no chatter
+    with store_lock(uri):
+        return MlflowClient(uri)  # opens the store: creates and migrates a new SQLite file
+
+
+@contextlib.contextmanager
+def store_lock(uri: str) -> Iterator[None]:
     if not uri.startswith("sqlite:///"):
         yield
         return
     database = Path(uri[len("sqlite:///"):])
     database.parent.mkdir(parents=True, exist_ok=True)
     with open(database.with_name(database.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 def experiment_id(client, name: str) -> str:
