@@ -158,6 +158,7 @@ def open_client(uri: str):
 
 @contextlib.contextmanager
 def store_lock(uri: str) -> Iterator[None]:
+    """Exclusive lock on ``<database>.lock`` beside a SQLite store; no lock for other URIs."""
     if not uri.startswith("sqlite:///"):
         yield
         return
