@@ -1,0 +1,145 @@
+"""Pin a refactor to bit-identical numbers: run fixed seed-1 configurations on real data and record
+every logged metric and a SHA-256 of the final model state, then compare two such records.
+
+    python scripts/equivalence.py run --out before.json [--only fedavg-mf,pop]
+    python scripts/equivalence.py compare before.json after.json [--markdown table.md]
+
+The cases are those of issue #30's acceptance (FedAvg MF/NCF on ml-100k, FedCL GRU4Rec/NCF on
+ml-1m, BIL/FedRec/FedRec++ on ml-100k's u1 fold, LightFR/FCF/FedMF/MetaMF/PrivRec/central NCF/pop on
+FilmTrust). Everything runs on the CPU with one thread, so summation order is fixed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("FEDRUN_DATA_DIR", str(ROOT.parent / "shared" / "datasets"))
+
+from fedrun.cli import compose  # noqa: E402
+from fedrun.experiment import build_run  # noqa: E402
+from fedrun.track.base import Tracker  # noqa: E402
+
+try:  # the run loop's home moves with issue #30
+    from fedrun.simulator.loop import run_loop  # noqa: E402
+except ImportError:  # pragma: no cover - before the move
+    from fedrun.sim.runner import run_loop  # noqa: E402
+
+COMMON = ["track=none", "sim.progress=false", "sim.seed=1", "sim.threads=1", "sim.device=cpu"]
+U1 = ["dataset=ml-100k", "dataset.split.protocol=predefined", "dataset.split.valid=false", "sim.max_rounds=10"]
+LIGHTFR = ["+experiment=lightfr/table5", "setup=lightfr/filmtrust", "sim.max_rounds=5"]
+CASES: dict[str, list[str]] = {
+    "fedavg-mf": ["method=fedavg", "backbone=mf", "dataset=ml-100k", "sim.epochs=2"],
+    "fedavg-ncf": ["method=fedavg", "backbone=ncf", "dataset=ml-100k", "sim.epochs=2"],
+    "fedcl-gru4rec": ["+experiment=fedcl/table3", "dataset=ml-1m", "backbone=fedcl/gru4rec", "row=fedcl/fedcl",
+                      "sim.epochs=1"],
+    "fedcl-ncf": ["+experiment=fedcl/table3", "dataset=ml-1m", "backbone=fedcl/ncf", "row=fedcl/fedcl",
+                  "sim.epochs=1"],
+    "bil": ["method=bil", "backbone=mf", *U1],
+    "fedrec": ["+experiment=fedrecpp/table2", "row=fedrecpp/fedrec_rho1", "sim.max_rounds=10"],
+    "fedrecpp": ["+experiment=fedrecpp/table2", "row=fedrecpp/fedrecpp_rho1", "sim.max_rounds=10"],
+    **{name: [*LIGHTFR, f"row=lightfr/{row}"] for name, row in
+       [("lightfr", "lightfr"), ("fcf", "fcf"), ("fedmf", "fedmf"), ("metamf", "metamf"), ("privrec", "privrec"),
+        ("central-ncf", "ncf"), ("pop", "pop")]},
+}
+
+
+class Recorder(Tracker):
+    """Keeps every logged metric, keyed ``name@step``."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.metrics: dict[str, float] = {}
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        self.metrics.update({f"{k}@{step}": float(v) for k, v in metrics.items()})
+
+
+def state_digest(state) -> str:
+    """SHA-256 of every tensor in a (nested) state dict, in key order."""
+    digest = hashlib.sha256()
+
+    def walk(node, prefix=""):
+        if isinstance(node, torch.Tensor):
+            digest.update(prefix.encode())
+            digest.update(node.detach().cpu().contiguous().numpy().tobytes())
+        elif isinstance(node, dict):
+            for key in sorted(node, key=str):
+                walk(node[key], f"{prefix}/{key}")
+        elif isinstance(node, (list, tuple)):
+            for index, value in enumerate(node):
+                walk(value, f"{prefix}/{index}")
+        elif node is not None:
+            digest.update(f"{prefix}={node!r}".encode())
+
+    walk(state)
+    return digest.hexdigest()
+
+
+TIMING = ("train_seconds", "eval_seconds", "seconds_per_round", "cluster_seconds_total",
+          "encryption_seconds_per_client")
+
+
+def run_case(name: str) -> dict:
+    torch.set_num_threads(1)
+    built = build_run(compose([*CASES[name], *COMMON]))
+    recorder = Recorder()
+    started = time.perf_counter()
+    result = run_loop(built.method, built.evaluator, recorder, built.plan.sim, built.label)
+    metrics = {k: v for k, v in recorder.metrics.items() if not k.startswith(TIMING)}
+    return {"test": result.test, "rounds": result.rounds, "metrics": metrics,
+            "state_sha256": state_digest(built.method.state_dict()), "wall_seconds": time.perf_counter() - started}
+
+
+def compare(before: dict, after: dict) -> list[tuple[str, str, str, bool]]:
+    rows = []
+    for name in before:
+        if name not in after:
+            continue
+        b, a = before[name], after[name]
+        same = b["state_sha256"] == a["state_sha256"] and b["metrics"] == a["metrics"] and b["test"] == a["test"]
+        key = next((k for k in ("hr_at_10", "ndcg_at_10", "rmse", "mae") if k in b["test"]), next(iter(b["test"])))
+        rows.append((name, f"{key} {b['test'][key]:.6f}, state {b['state_sha256'][:12]}",
+                     f"{key} {a['test'][key]:.6f}, state {a['state_sha256'][:12]}", same))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run")
+    run.add_argument("--out", required=True, type=Path)
+    run.add_argument("--only", default=",".join(CASES))
+    cmp = sub.add_parser("compare")
+    cmp.add_argument("before", type=Path)
+    cmp.add_argument("after", type=Path)
+    cmp.add_argument("--markdown", type=Path)
+    args = parser.parse_args()
+    if args.command == "run":
+        record = json.loads(args.out.read_text()) if args.out.exists() else {}
+        for name in args.only.split(","):
+            record[name] = run_case(name)
+            print(f"{name}: {record[name]['test']} ({record[name]['wall_seconds']:.0f}s)", flush=True)
+            args.out.write_text(json.dumps(record, indent=1, sort_keys=True))
+        return
+    rows = compare(json.loads(args.before.read_text()), json.loads(args.after.read_text()))
+    lines = ["| case | before | after | identical |", "|---|---|---|---|"]
+    lines += [f"| {name} | {b} | {a} | {'yes' if same else '**no**'} |" for name, b, a, same in rows]
+    text = "\n".join(lines)
+    print(text)
+    if args.markdown:
+        args.markdown.write_text(text + "\n")
+    sys.exit(0 if all(row[3] for row in rows) else 1)
+
+
+if __name__ == "__main__":
+    main()
