@@ -4,7 +4,8 @@ Every option module defines a class with a nested ``Config`` dataclass. ``build`
 the group's YAML node into that dataclass (unknown keys and wrong types fail here),
 instantiates it (``__post_init__`` checks values), then constructs the class. Every
 failure becomes a :class:`ConfigError` that names ``group.field``, the value and what is
-allowed — before any data is read or any training starts.
+allowed — before any data is read or any training starts. ``check_combination`` then refuses
+options that cannot run together, from the capabilities each declares.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, TypeVar
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from fedrun.errors import ConfigError
+from fedrun.errors import ConfigError, check
 
 T = TypeVar("T")
 
@@ -66,3 +67,40 @@ def build(node: DictConfig, group: str, base: type[T], **kwargs: Any) -> T:
         raise ConfigError(f"{group}._target_", node["_target_"], f"a subclass of {base.__name__}")
     config = parse_config(cls.Config, node, group)
     return cls(config, **kwargs)
+
+
+def check_combination(method_cls: type, method_config: Any, backbone: Any, privacy: Any, attack: Any,
+                      defense: Any, choices: dict[str, str]) -> None:
+    """Refuse options that cannot run together, from what each declares (``Needs`` of the method,
+    ``linear`` / ``offers_exact_sum`` / ``plain`` of the defense, ``active`` / ``needs`` of the attack,
+    ``transforms_uploads`` / ``targets`` of the privacy mechanism, ``user_context`` of the backbone) —
+    one line naming both options and why, before any data is read."""
+    from fedrun.method.federated import FederatedMethod  # the method contract (a layer below)
+
+    def name(group: str, component: Any) -> str:
+        return choices.get(group) or type(component).__name__
+
+    method = f"method={name('method', method_cls)}"
+    if not issubclass(method_cls, FederatedMethod):
+        why = "it trains centrally: no clients upload, so there is nothing to protect, attack or aggregate"
+        for group, component, active in (("privacy", privacy, privacy.active), ("attack", attack, attack.active),
+                                         ("defense", defense, not defense.plain)):
+            check(not active, group, name(group, component), f"{'mean' if group == 'defense' else 'none'} "
+                  f"for {method}: {why}")
+        return
+    needs = method_cls.needs(method_config)
+    contexts = " or ".join(sorted(needs.user_contexts))
+    check(backbone.user_context in needs.user_contexts, "backbone", name("backbone", backbone),
+          f"a backbone whose users are {contexts} for {method}: its client step needs that user context "
+          f"({name('backbone', backbone)}'s users are {backbone.user_context}; sequential backbones run with "
+          "method=fedcl, bil or central)")
+    check(not (needs.plain_uploads and privacy.transforms_uploads), "privacy", name("privacy", privacy),
+          f"privacy that leaves model updates as computed (none) for {method}: {needs.plain_uploads}")
+    check(not (needs.no_attack and attack.active), "attack", name("attack", attack),
+          f"attack=none for {method}: {needs.no_attack}")
+    check(not (needs.exact_sum and not defense.offers_exact_sum), "defense", name("defense", defense),
+          f"a linear rule with unit weights (mean with weighting=uniform, or sum) for {method}: {needs.exact_sum}")
+    protected = list(privacy.targets)
+    check("user_embedding" not in protected or method_cls.shares_embeddings(method_config), "privacy.targets",
+          protected, f"[item_rows] for {method} with these settings: it uploads no user embedding, so the "
+          "mechanism would protect nothing")

@@ -8,24 +8,15 @@ from __future__ import annotations
 
 import signal
 import sys
-from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from fedrun.core.paths import config_dir
 from fedrun.errors import FedrunError
-from fedrun.sim.runner import Interrupted
-
-
-def config_dir() -> str:
-    """The ``conf/`` tree shipped next to the package (source checkout or editable install)."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "conf", here / "conf"):
-        if (candidate / "config.yaml").exists():
-            return str(candidate)
-    raise SystemExit(f"fedrun: cannot find the config tree 'conf/' next to {here}; reinstall with `make install`.")
+from fedrun.simulator.loop import Interrupted
 
 
 def compose(overrides: list[str]) -> DictConfig:

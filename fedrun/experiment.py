@@ -16,7 +16,7 @@ from omegaconf.errors import MissingMandatoryValue
 
 from fedrun.attack.base import Attack
 from fedrun.backbone.base import Backbone
-from fedrun.build import build, parse_config, resolve_target
+from fedrun.build import build, check_combination, parse_config, resolve_target
 from fedrun.dataset.base import Dataset
 from fedrun.defense.base import Defense
 from fedrun.errors import ConfigError, FedrunError
@@ -24,12 +24,13 @@ from fedrun.eval.base import Evaluator
 from fedrun.method.base import Method
 from fedrun.privacy.base import Privacy
 from fedrun.report.table import metrics_table
-from fedrun.sim import checkpoint
-from fedrun.sim.checkpoint import RunnerState
 from fedrun.sim.config import SimConfig
 from fedrun.sim.env import RunEnv
-from fedrun.sim.runner import Interrupted, RunResult, run_loop
-from fedrun.sim.signals import interrupts_ignored
+from fedrun.simulator import checkpoint
+from fedrun.simulator.checkpoint import RunnerState
+from fedrun.simulator.loop import Interrupted, RunResult, run_loop
+from fedrun.simulator.signals import interrupts_ignored
+from fedrun.simulator.trainer import Trainer, trainer_for
 from fedrun.track.base import Tracker
 from fedrun.track.mlflow import Mlflow, MlflowConfig
 from fedrun.validate import check_run, check_selection
@@ -63,13 +64,14 @@ def plan(cfg: DictConfig) -> Plan:
     """Validate every group against its Config before any work starts."""
     sim = parse_config(SimConfig, cfg.sim, "sim")
     sim.torch_device()  # a requested but absent device fails here
-    configs = {}
+    configs, classes = {}, {}
     for group in ("method", "eval"):
         target = cfg[group].get("_target_")
         if not target:
             raise ConfigError(f"{group}._target_", target, "the class implementing this option")
-        configs[group] = parse_config(resolve_target(target, group).Config, cfg[group], group)
-    return Plan(
+        classes[group] = resolve_target(target, group)
+        configs[group] = parse_config(classes[group].Config, cfg[group], group)
+    p = Plan(
         dataset=build(cfg.dataset, "dataset", Dataset),
         backbone=build(cfg.backbone, "backbone", Backbone),
         sim=sim,
@@ -81,6 +83,8 @@ def plan(cfg: DictConfig) -> Plan:
         eval_config=configs["eval"],
         cfg=cfg,
     )
+    check_combination(classes["method"], p.method_config, p.backbone, p.privacy, p.attack, p.defense, p.choices)
+    return p
 
 
 @dataclass
@@ -88,6 +92,7 @@ class Built:
     plan: Plan
     env: RunEnv
     method: Method
+    trainer: Trainer  # the method's rounds: the federated round, or a central method's own steps
     evaluator: Evaluator
     label: str
 
@@ -103,11 +108,12 @@ def build_run(cfg: DictConfig) -> Built:
              len(split.test), split.protocol, time.perf_counter() - started)
     check_run(p.dataset.name, split, p.backbone, p.sim, p.method_config, p.eval_config.kind)
     env = RunEnv.create(split, p.sim, p.backbone)
-    method = build(cfg.method, "method", Method, env=env, privacy=p.privacy, attack=p.attack, defense=p.defense)
+    method = build(cfg.method, "method", Method, env=env)
+    trainer = trainer_for(method, p.privacy, p.attack, p.defense)
     evaluator = build(cfg.eval, "eval", Evaluator, split=split, device=env.device,
                       rating=p.backbone.rating_model, bytes_per_pair=p.backbone.full_score_bytes_per_pair())
     check_selection(p.sim, evaluator)
-    return Built(p, env, method, evaluator, label)
+    return Built(p, env, method, trainer, evaluator, label)
 
 
 def config_params(cfg: DictConfig, resolve: bool) -> dict[str, Any]:
@@ -122,7 +128,7 @@ def run_record(b: Built, sweep: str | None, job: int | None) -> tuple[dict[str, 
     """MLflow params (resolved config + run-time choices) and tags (digest, commit, seeds, options)."""
     p = b.plan
     params = {**config_params(p.cfg, resolve=True),
-              **{f"run.{k}": v for k, v in b.method.describe().items()},
+              **{f"run.{k}": v for k, v in {**b.trainer.describe(), **b.method.describe()}.items()},
               **{f"eval.{k}": v for k, v in b.evaluator.describe().items()}, "device": str(b.env.device)}
     tags = {"fedrun.dataset_digest": p.dataset.digest(), "fedrun.git_commit": git_commit(),
             "fedrun.seed": str(p.sim.seed), "fedrun.split_seed": str(p.dataset.config.split.seed),
@@ -157,7 +163,7 @@ def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) ->
         return checkpoint_path
 
     try:
-        result = run_loop(b.method, b.evaluator, tracker, sim, b.label, state, save)
+        result = run_loop(b.trainer, b.evaluator, tracker, sim, b.label, state, save)
         table = metrics_table({"test": result.test, **({"valid": result.valid} if result.valid else {})})
         for path in write_outputs(cfg, b.label, table):
             tracker.log_artifact(path)

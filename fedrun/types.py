@@ -45,11 +45,17 @@ class Uploads:
     row_delta: torch.Tensor  # [R, di]
     dense: dict[str, torch.Tensor] = field(default_factory=dict)  # name → [n_clients, *shape]
     weight: torch.Tensor | None = None  # [n_clients] data size, for FedAvg weighting
+    row_count: torch.Tensor | None = None  # [R] how many raters a row stands for (None: one each)
 
     @staticmethod
     def concat(parts: list["Uploads"]) -> "Uploads":
+        if len(parts) == 1:
+            return parts[0]
         offsets = torch.tensor([0] + [p.n_clients for p in parts[:-1]]).cumsum(0).tolist()
         names = parts[0].dense.keys()
+        counts = None
+        if any(p.row_count is not None for p in parts):
+            counts = torch.cat([p.counts() for p in parts])
         return Uploads(
             n_clients=sum(p.n_clients for p in parts),
             row_client=torch.cat([p.row_client + off for p, off in zip(parts, offsets)]),
@@ -57,7 +63,14 @@ class Uploads:
             row_delta=torch.cat([p.row_delta for p in parts]),
             dense={name: torch.cat([p.dense[name] for p in parts]) for name in names},
             weight=None if parts[0].weight is None else torch.cat([p.weight for p in parts]),
+            row_count=counts,
         )
+
+    def counts(self) -> torch.Tensor:
+        """[R] the raters behind each row (1 unless a protocol says otherwise: FedRec++'s denoisers)."""
+        if self.row_count is not None:
+            return self.row_count
+        return torch.ones(self.row_item.shape, dtype=self.row_delta.dtype, device=self.row_delta.device)
 
     def nbytes_per_client(self) -> torch.Tensor:
         """[n_clients] bytes each client sends: its item rows (id + vector) and dense deltas."""
@@ -87,11 +100,12 @@ class Aggregate:
     items: torch.Tensor  # [G] distinct item ids
     item_delta: torch.Tensor  # [G, di]
     dense: dict[str, torch.Tensor] = field(default_factory=dict)  # name → [*shape]
+    count: torch.Tensor | None = None  # [G] raters behind each row (exact sums only)
 
 
 @dataclass(frozen=True)
 class RoundContext:
-    """What every phase may know about the round."""
+    """What every phase may know about the round (``n_clients``: the benign clients sampled)."""
 
     round: int
     epoch: int

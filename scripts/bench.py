@@ -56,6 +56,7 @@ from fedrun.experiment import plan  # noqa: E402
 from fedrun.method.base import Method  # noqa: E402
 from fedrun.report.table import markdown  # noqa: E402
 from fedrun.sim.env import RunEnv  # noqa: E402
+from fedrun.simulator.trainer import trainer_for  # noqa: E402
 from tests.conftest import compose_cfg  # noqa: E402  (the same config composition the tests use)
 from tests.oracle.fedavg_loop import fedavg_round  # noqa: E402
 from tests.test_oracle import clients_of  # noqa: E402
@@ -136,27 +137,30 @@ def machine(device: str = "cpu") -> str:
 
 
 def build_method(overrides: list[str]):
+    """The method's rounds (``.method`` the method) as a run drives them, and the run's env."""
     cfg = compose_cfg(overrides)
     p = plan(cfg)
     env = RunEnv.create(p.dataset.load(), p.sim, p.backbone)
-    return build(cfg.method, "method", Method, env=env, privacy=p.privacy, attack=p.attack, defense=p.defense), env
+    method = build(cfg.method, "method", Method, env=env)
+    return trainer_for(method, p.privacy, p.attack, p.defense), env
 
 
-def time_rounds(method, rounds: int, warmup: int = 2) -> float:
+def time_rounds(trainer, rounds: int, warmup: int = 2) -> float:
     for r in range(warmup):
-        method.train_round(r)
-    sync(method.env.device)
+        trainer.train_round(r)
+    sync(trainer.method.env.device)
     started = time.perf_counter()
     for r in range(warmup, warmup + rounds):
-        method.train_round(r)
-    sync(method.env.device)
+        trainer.train_round(r)
+    sync(trainer.method.env.device)
     return (time.perf_counter() - started) / rounds
 
 
-def loop_round(method, env, round_index: int):
-    """One round of the deepcopy loop from ``method``'s current state: (seconds, new public)."""
+def loop_round(trainer, env, round_index: int):
+    """One round of the deepcopy loop from the method's current state: (seconds, new public)."""
+    method = trainer.method
     user_table, public = method.private.user.clone(), method.public.clone()
-    clients = clients_of(method.problems(method.sampler.users(round_index), round_index))  # not timed
+    clients = clients_of(method.problems(trainer.sampler.users(round_index), round_index))  # not timed
     sync(env.device)
     started = time.perf_counter()
     fedavg_round(env.backbone, user_table, public, clients, method.config.optimizer, env.sim.local_epochs)
@@ -168,7 +172,7 @@ def check_loop_agrees(general, env, round_index: int) -> float:
     """The loop and the general path start from one state and must end at the same item table."""
     _, public = loop_round(general, env, round_index)
     general.train_round(round_index)
-    return float((public.item - general.public.item).abs().max())
+    return float((public.item - general.method.public.item).abs().max())
 
 
 def write_table(out: Path, name: str, header: list[str], rows: list[list[str]], caption: str) -> str:
@@ -234,7 +238,7 @@ def bench_w6(args, out: Path) -> str:
         method, env = build_method(overrides + extra)
         paths.append((name, time_rounds(method, args.rounds), method))
     (_, t_fast, fast), (_, t_general, general) = paths
-    max_diff = float((fast.public.item - general.public.item).abs().max())
+    max_diff = float((fast.method.public.item - general.method.public.item).abs().max())
     per_epoch = fast.rounds_per_epoch()
     header = ["W6 path", "s / round", "vs general", "s / epoch", "20 epochs (h)"]
     rows = [[name, f"{s:.4f}", f"{t_general / s:.1f}×", f"{s * per_epoch:.1f}", f"{s * per_epoch * 20 / 3600:.2f}"]
@@ -325,7 +329,7 @@ def bench_w4_one(name: str, data: list[str]) -> list[str]:
     cfg = compose_cfg(data + ["backbone=mf", "method=fedavg", "track=none", "sim.clients_per_round=1"])
     p = plan(cfg)
     env = RunEnv.create(p.dataset.load(), p.sim, p.backbone)
-    method = build(cfg.method, "method", Method, env=env, privacy=p.privacy, attack=p.attack, defense=p.defense)
+    method = build(cfg.method, "method", Method, env=env)
     evaluator = build(cfg.eval, "eval", Evaluator, split=env.split, device=env.device, rating=False)
     users = torch.nonzero(evaluator.stores["test"].sizes() > 0).squeeze(1)
     chunk = evaluator.chunk_users(env.n_items)
@@ -441,11 +445,11 @@ def point(args, overrides: list[str], value: int) -> tuple[int, float, float, in
 
 def measure_point(overrides: list[str], rounds: int) -> tuple[float, float, int]:
     torch.set_num_threads(os.cpu_count() or 1)
-    method, _ = build_method(COMMON + MF + overrides)
+    trainer, _ = build_method(COMMON + MF + overrides)
     reset_peak_rss()  # the dataset's parse is not part of a round's memory
-    seconds = time_rounds(method, rounds)
-    gpu = peak_gpu_gb(method.env.device)
-    return seconds, peak_rss_gb() if gpu is None else gpu, method.sampler.per_round
+    seconds = time_rounds(trainer, rounds)
+    gpu = peak_gpu_gb(trainer.method.env.device)
+    return seconds, peak_rss_gb() if gpu is None else gpu, trainer.sampler.per_round
 
 
 def growth_rows(axis: str, points) -> list[list[str]]:

@@ -132,17 +132,19 @@ def fedrun_w0(out: Path, rounds: int) -> None:
     from fedrun.experiment import plan
     from fedrun.method.base import Method
     from fedrun.sim.env import RunEnv
+    from fedrun.simulator.trainer import trainer_for
     from tests.conftest import compose_cfg
 
     cfg = compose_cfg(ML1M_8020 + COMMON + MF + [f"sim.clients_per_round={CLIENTS_PER_ROUND}"])
     p = plan(cfg)
     env = RunEnv.create(p.dataset.load(), p.sim, p.backbone)
-    method = build(cfg.method, "method", Method, env=env, privacy=p.privacy, attack=p.attack, defense=p.defense)
-    method.train_round(0)  # warm-up, as for Flower
+    method = build(cfg.method, "method", Method, env=env)
+    rounds_of = trainer_for(method, p.privacy, p.attack, p.defense)
+    rounds_of.train_round(0)  # warm-up, as for Flower
     start = time.perf_counter()
     for r in range(1, rounds + 1):
-        method.train_round(r)
-    result = {"peer": "fedrun (FedSGD fast path)" if method.uses_fast_path else "fedrun",
+        rounds_of.train_round(r)
+    result = {"peer": "fedrun (FedSGD fast path)" if rounds_of.uses_fast_path else "fedrun",
               "seconds_per_round": (time.perf_counter() - start) / rounds, "rounds_timed": rounds,
               "peak_rss_gb": peak_rss_gb()}
     (out / "fedrun.json").write_text(json.dumps(result, indent=2))

@@ -122,11 +122,11 @@ def train(overrides: list[str], device: str, rounds: int) -> tuple[dict, dict[st
     """(state, test metrics, seconds per round after the first) of ``rounds`` rounds on ``device``."""
     built = build_run(compose(overrides + [f"sim.device={device}"]))
     torch_device = built.env.device
-    built.method.train_round(0)  # warm-up: kernels, caches, lazy allocations
+    built.trainer.train_round(0)  # warm-up: kernels, caches, lazy allocations
     sync(torch_device)
     started = time.perf_counter()
     for round_index in range(1, rounds):
-        built.method.train_round(round_index)
+        built.trainer.train_round(round_index)
     sync(torch_device)
     seconds = (time.perf_counter() - started) / max(rounds - 1, 1)
     metrics = built.evaluator.evaluate(built.method, "test")

@@ -94,7 +94,7 @@ def run_case(name: str) -> dict:
     built = build_run(compose([*CASES[name], *COMMON]))
     recorder = Recorder()
     started = time.perf_counter()
-    result = run_loop(built.method, built.evaluator, recorder, built.plan.sim, built.label)
+    result = run_loop(getattr(built, "trainer", built.method), built.evaluator, recorder, built.plan.sim, built.label)
     metrics = {k: v for k, v in recorder.metrics.items() if not k.startswith(TIMING)}
     return {"test": result.test, "rounds": result.rounds, "metrics": metrics,
             "state_sha256": state_digest(built.method.state_dict()), "wall_seconds": time.perf_counter() - started}

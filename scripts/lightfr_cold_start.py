@@ -43,7 +43,7 @@ def measure(setup: str, kind: str, cold: float, seed: int, rounds: int | None) -
     built = build_run(cfg)
     method, sim, test = built.method, built.plan.sim, built.evaluator.split.test
     for round_index in range(sim.max_rounds):
-        method.train_round(round_index)
+        built.trainer.train_round(round_index)
     flags = (method.cold if kind == "clients" else method.cold_item).cpu().numpy()
     is_cold = flags[test.user if kind == "clients" else test.item]  # [N] test rows of cold clients / items
     on_cold, on_warm = restricted(built.evaluator, is_cold), restricted(built.evaluator, ~is_cold)

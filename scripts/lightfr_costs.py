@@ -39,18 +39,19 @@ from fedrun.method.lightfr import LightFR  # noqa: E402
 from fedrun.method.metamf import MetaMF, generate, head, predict  # noqa: E402
 from fedrun.retrieval.hamming import pack_codes, top_k_hamming  # noqa: E402
 from fedrun.sim.env import RunEnv  # noqa: E402
+from fedrun.simulator.trainer import trainer_for  # noqa: E402
 
 ROWS = ("fcf", "fedmf", "fedrec", "metamf", "privrec", "lightfr")
 
 
-def build_method(setup: str, row: str) -> Method:
+def build_method(setup: str, row: str):
     from fedrun.experiment import plan
 
     cfg = compose(["+experiment=lightfr/table5", f"setup={setup}", f"row=lightfr/{row}", "track=none",
                    "sim.progress=false"])
     p = plan(cfg)
     env = RunEnv.create(p.dataset.load(), p.sim, p.backbone)
-    return build(cfg.method, "method", Method, env=env, privacy=p.privacy, attack=p.attack, defense=p.defense)
+    return trainer_for(build(cfg.method, "method", Method, env=env), p.privacy, p.attack, p.defense)
 
 
 def median_ms(fn, repeats: int = 20) -> float:
@@ -183,10 +184,10 @@ def main() -> None:
     torch.set_num_threads(1)
     rows = []
     for row in ROWS:
-        method = build_method(args.setup, row)
-        stats = method.train_round(0)
-        rated = float(method.env.train.sizes(method.sampler.users(0)).double().mean())
-        rows.append(cost_row(row, method, stats, rated))
+        rounds = build_method(args.setup, row)
+        stats = rounds.train_round(0)
+        rated = float(rounds.method.env.train.sizes(rounds.sampler.users(0)).double().mean())
+        rows.append(cost_row(row, rounds.method, stats, rated))
         print(rows[-1], flush=True)
     table = markdown(rows)
     args.out.mkdir(parents=True, exist_ok=True)

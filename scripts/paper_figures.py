@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from scipy import stats  # noqa: E402
 
-from fedrun.cli import config_dir  # noqa: E402
+from fedrun.core.paths import config_dir  # noqa: E402
 from fedrun.report.cli import collect  # noqa: E402
 from fedrun.track.mlflow import default_uri  # noqa: E402
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from weakref import WeakKeyDictionary
 
 import pytest
 
@@ -12,6 +13,9 @@ from fedrun.cli import compose
 from fedrun.experiment import plan
 from fedrun.method.base import Method
 from fedrun.sim.env import RunEnv
+from fedrun.simulator.trainer import trainer_for
+
+_ROUNDS: WeakKeyDictionary = WeakKeyDictionary()
 
 DATA_DIR = Path(os.environ.get("FEDRUN_DATA_DIR", Path(__file__).resolve().parents[1].parent / "shared" / "datasets"))
 needs_data = pytest.mark.skipif(not (DATA_DIR / "MANIFEST.md").exists(), reason="real datasets not available")
@@ -39,5 +43,16 @@ def make_method(overrides: list[str], base: list[str] = SMALL):
     p = plan(cfg)
     split = p.dataset.load()
     env = RunEnv.create(split, p.sim, p.backbone)
-    method = build(cfg.method, "method", Method, env=env, privacy=p.privacy, attack=p.attack, defense=p.defense)
+    method = build(cfg.method, "method", Method, env=env)
+    _ROUNDS[method] = trainer_for(method, p.privacy, p.attack, p.defense)
     return method, env
+
+
+def unpack(result):
+    """A ``ClientResult`` as (uploads, new private rows, losses)."""
+    return result.uploads, result.user, result.loss
+
+
+def round_of(method: Method):
+    """The rounds ``make_method`` set up for ``method`` (its federated round, or its own steps)."""
+    return _ROUNDS[method]

@@ -8,7 +8,7 @@ from mlflow.tracking import MlflowClient
 
 from fedrun import experiment
 from fedrun.errors import ConfigError, DataError
-from fedrun.sim import checkpoint
+from fedrun.simulator import checkpoint
 from tests.conftest import SMALL, compose_cfg
 
 CASES = {

@@ -9,7 +9,7 @@ import torch
 from omegaconf import OmegaConf
 
 from fedrun.build import parse_config, resolve_target
-from fedrun.cli import config_dir
+from fedrun.core.paths import config_dir
 from fedrun.errors import ConfigError
 from fedrun.experiment import plan
 from fedrun.sim.config import SimConfig

@@ -8,7 +8,7 @@ import torch
 
 from fedrun.errors import ConfigError
 from fedrun.experiment import run
-from tests.conftest import SMALL, compose_cfg, make_method
+from tests.conftest import SMALL, compose_cfg, make_method, round_of
 
 FCF = ["method=fcf", "backbone=pmf", "backbone.dim=6", "backbone.l2=0.05", "dataset.ratings=true",
        "dataset.split.protocol=random_ratio", "dataset.split.valid=false"]
@@ -40,9 +40,9 @@ def oracle_round(method, users):
 
 def test_round_equals_the_sum_of_dense_per_client_uploads():
     method, env = make_method(FCF + ["sim.buckets=3"])
-    users = method.sampler.users(0)
+    users = round_of(method).sampler.users(0)
     expected_sum, expected_user, expected_loss = oracle_round(method, users)
-    fast = method.fast_round(users, 0)
+    fast = method.fast_round(users, 0, None, round_of(method).defense)
     assert torch.equal(fast.aggregate.items, torch.arange(env.n_items))
     torch.testing.assert_close(fast.aggregate.item_delta.double(), expected_sum, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(method.private.user[users].double(), expected_user, rtol=1e-4, atol=1e-5)
@@ -52,8 +52,8 @@ def test_round_equals_the_sum_of_dense_per_client_uploads():
 def test_server_adds_the_item_regulariser():
     method, env = make_method(FCF + ["method.server_optimizer.name=sgd", "method.server_optimizer.lr=0.1"])
     before = method.public.item.clone()
-    users = method.sampler.users(0)
-    fast = method.fast_round(users, 0)
+    users = round_of(method).sampler.users(0)
+    fast = method.fast_round(users, 0, None, round_of(method).defense)
     method.server.step(fast.aggregate, None)
     expected = before + 0.1 * (fast.aggregate.item_delta - 2 * 0.05 * before)  # Y − γ ∂J/∂Y (Eq. 7)
     torch.testing.assert_close(method.public.item, expected)
@@ -61,7 +61,7 @@ def test_server_adds_the_item_regulariser():
 
 def test_fcf_learns_and_counts_dense_traffic():
     method, env = make_method(FCF + ["method.server_optimizer.lr=0.05"])
-    losses = [method.train_round(t) for t in range(30)]
+    losses = [round_of(method).train_round(t) for t in range(30)]
     assert losses[-1].loss < 0.8 * losses[0].loss
     item_bytes = env.n_items * 6 * 4  # the dense [m, f] float32 matrix each way
     assert losses[-1].bytes_up == item_bytes and losses[-1].bytes_down == item_bytes

@@ -15,8 +15,8 @@ from fedrun.errors import ConfigError
 from fedrun.retrieval.cluster import cluster
 from fedrun.retrieval.hard_negatives import HardNegativeConfig, HardNegativeServer
 from fedrun.retrieval.search import faiss_available, top_k_inner_product, top_k_scores
-from fedrun.sim.runner import NumericalError
-from tests.conftest import make_method
+from fedrun.simulator.loop import NumericalError
+from tests.conftest import make_method, round_of
 from tests.test_privacy_boundary import Poison, PrivacyViolation, reachable
 
 FEDCL = ["method=fedcl", "backbone=mf", "privacy=ldp", "method.n_clusters=5", "method.recluster_every=2"]
@@ -114,8 +114,8 @@ def test_score_based_search_is_the_top_k_set():
 def test_semi_hard_negatives_come_from_each_users_centroid_hard_set():
     method, env = make_method(FEDCL + ["method.semi_hard=6", "method.hard_ratio=0.25"])
     server = method.hard_server
-    users = method.sampler.users(0)
-    server.receive(method.upload_embeddings(users, 0), 0)
+    users = round_of(method).sampler.users(0)
+    server.receive(method.upload_embeddings(users, 0, round_of(method).privacy), 0)
     negatives = server.negatives(users, method.public, 0)
     k = math.ceil(0.25 * env.n_items)
     queries, query_of = server.queries(users)
@@ -145,9 +145,9 @@ def direct_loss(method, env, user, item_table, net, batch, negatives, hard):
 
 def test_mixup_loss_equals_a_direct_per_client_computation():
     method, env = make_method(FEDCL + ["method.semi_hard=8", "sim.clients_per_round=8"])
-    users = method.sampler.users(0)
+    users = round_of(method).sampler.users(0)
     server = method.hard_server
-    server.receive(method.upload_embeddings(users, 0), 0)
+    server.receive(method.upload_embeddings(users, 0, round_of(method).privacy), 0)
     hard = server.negatives(users, method.public, 0)
     problems = method.problems(users, 0, hard)
     hard_of = {int(u): hard[b] for b, u in enumerate(users)}
@@ -169,7 +169,7 @@ def test_mixup_loss_equals_a_direct_per_client_computation():
 
 def test_local_store_is_fixed_per_user_and_excludes_positives():
     method, env = make_method(FEDCL)
-    users = method.sampler.users(0)
+    users = round_of(method).sampler.users(0)
     batch = env.train.client_batch(users)
     first, later = method.local_negatives(batch, 0), method.local_negatives(batch, 5)
     assert not torch.equal(first, later)  # picks are redrawn each round ...
@@ -182,9 +182,9 @@ def test_local_store_is_fixed_per_user_and_excludes_positives():
 
 def test_fedcl_learns_on_synthetic_data():
     method, env = make_method(FEDCL + ["sim.clients_per_round=16"])
-    losses = [method.train_round(r).loss for r in range(40)]
+    losses = [round_of(method).train_round(r).loss for r in range(40)]
     assert np.mean(losses[-5:]) < np.mean(losses[:5])
-    assert int(method.embedding_uploads.sum()) == sum(method.sampler.users(r).numel() for r in range(40))
+    assert int(method.embedding_uploads.sum()) == sum(round_of(method).sampler.users(r).numel() for r in range(40))
 
 
 FAST_CASES = {
@@ -207,9 +207,9 @@ def test_fedsgd_fast_path_equals_the_general_path(backbone, row):
                          "sim.min_bucket_clients=1", *FAST_CASES[row]]
         fast, _ = make_method(common)
         slow, _ = make_method(common + ["sim.fast_path=off"])
-        assert fast.uses_fast_path and not slow.uses_fast_path
+        assert round_of(fast).uses_fast_path and not round_of(slow).uses_fast_path
         for r in range(5):  # reclusters every 2 rounds: the semi-hard sets follow the trained model
-            assert fast.train_round(r).loss == pytest.approx(slow.train_round(r).loss, rel=1e-9)
+            assert round_of(fast).train_round(r).loss == pytest.approx(round_of(slow).train_round(r).loss, rel=1e-9)
         torch.testing.assert_close(fast.public.item, slow.public.item)
         torch.testing.assert_close(fast.private.user, slow.private.user)
         for name in fast.public.net:
@@ -223,41 +223,41 @@ def test_non_finite_user_rows_from_the_fast_path_are_named(monkeypatch):
     """The FedSGD pass writes the clients' private rows itself: checked as on the general path, so
     a diverging run stops with a named error before the server clusters their next uploads."""
     method, _ = make_method(FEDCL)
-    assert method.uses_fast_path
+    assert round_of(method).uses_fast_path
     fast_round = method.fast_round
 
-    def diverging(users, round_index, sent=None):
-        result = fast_round(users, round_index, sent)
+    def diverging(users, round_index, sent, rule):
+        result = fast_round(users, round_index, sent, rule)
         method.private.user[users[0]] = float("inf")
         return result
 
     monkeypatch.setattr(method, "fast_round", diverging)
     with pytest.raises(NumericalError, match=r"the client step \(FedCL\).* round 0"):
-        method.train_round(0)
+        round_of(method).train_round(0)
 
 
 def test_non_finite_embedding_uploads_are_named_before_clustering():
     method, _ = make_method(FEDCL)
-    users = method.sampler.users(0)
-    uploads = method.upload_embeddings(users, 0)
+    users = round_of(method).sampler.users(0)
+    uploads = method.upload_embeddings(users, 0, round_of(method).privacy)
     uploads.vectors[0, 0] = float("-inf")
     with pytest.raises(NumericalError, match=r"the uploaded user embeddings .* round 0"):
         method.hard_server.receive(uploads, 0)
 
 
 def test_fast_path_is_off_where_not_exact():
-    assert not make_method(FEDCL + ["sim.local_epochs=2"])[0].uses_fast_path
-    assert not make_method(FEDCL + ["method.optimizer.name=adam"])[0].uses_fast_path
-    assert not make_method(FEDCL + ["privacy.targets=[user_embedding,item_rows]"])[0].uses_fast_path
-    assert not make_method(FEDCL + ["backbone=gru4rec", "sim.local_epochs=2"])[0].uses_fast_path
+    assert not round_of(make_method(FEDCL + ["sim.local_epochs=2"])[0]).uses_fast_path
+    assert not round_of(make_method(FEDCL + ["method.optimizer.name=adam"])[0]).uses_fast_path
+    assert not round_of(make_method(FEDCL + ["privacy.targets=[user_embedding,item_rows]"])[0]).uses_fast_path
+    assert not round_of(make_method(FEDCL + ["backbone=gru4rec", "sim.local_epochs=2"])[0]).uses_fast_path
 
 
 def run_server_phase(method, env, rounds=3):
     """The negative-sampling exchange with client data poisoned while the server side runs."""
     saved = (env.train, method.private)
     for r in range(rounds):
-        users = method.sampler.users(r)
-        uploads = method.upload_embeddings(users, r)
+        users = round_of(method).sampler.users(r)
+        uploads = method.upload_embeddings(users, r, round_of(method).privacy)
         env.train, method.private = Poison("ClientStore"), Poison("PrivateParams")
         try:
             method.hard_server.receive(uploads, r)
@@ -294,8 +294,8 @@ def test_poison_catches_a_hard_negative_server_that_reads_client_data():
 @pytest.mark.parametrize("backbone", ["mf", "gru4rec"])
 def test_uploaded_embeddings_are_perturbed_under_ldp(backbone):
     method, env = make_method(FEDCL + [f"backbone={backbone}"])
-    users = method.sampler.users(0)
-    uploads = method.upload_embeddings(users, 0)
+    users = round_of(method).sampler.users(0)
+    uploads = method.upload_embeddings(users, 0, round_of(method).privacy)
     clean = method.user_embeddings(users)  # ID-based: the private rows; sequential: inferred from the history
     assert clean.shape == uploads.vectors.shape
     assert not torch.allclose(uploads.vectors, clean)
@@ -321,7 +321,7 @@ def test_bil_loss_equals_a_direct_computation(kind):
     """Ning et al.'s hinge (or −log σ) on the cosine of the user row and each positive, per client."""
     method, env = make_method(["method=bil", "backbone=mf", "sim.clients_per_round=8", f"method.positive_loss={kind}"])
     assert method.cosine
-    users = method.sampler.users(0)
+    users = round_of(method).sampler.users(0)
     for problem in method.problems(users, 0):
         batch = problem.batch
         table = method.public.item[problem.items]
@@ -359,8 +359,8 @@ def test_bil_server_adds_the_spread_out_step_each_client_would_take():
     leaf = before.clone().requires_grad_(True)
     (gradient,) = torch.autograd.grad(spread_out(leaf), leaf)
     no_spread, _ = make_method(overrides[:-2] + ["method.spread_weight=0", "method.optimizer.lr=2"])
-    method.train_round(0)
-    no_spread.train_round(0)
+    round_of(method).train_round(0)
+    round_of(no_spread).train_round(0)
     client_step = no_spread.public.item - before
     torch.testing.assert_close(method.public.item - before, client_step - 2 * 0.5 * gradient)
     untouched = (client_step == 0).all(1)
@@ -392,6 +392,6 @@ def test_bil_cosine_needs_an_inner_product_backbone():
 
 def test_bil_learns_and_uploads_no_embedding():
     method, _ = make_method(["method=bil", "backbone=ncf"])
-    losses = [method.train_round(r).loss for r in range(30)]
+    losses = [round_of(method).train_round(r).loss for r in range(30)]
     assert np.mean(losses[-5:]) < np.mean(losses[:5])
     assert method.hard_server is None and int(method.embedding_uploads.sum()) == 0

@@ -13,7 +13,7 @@ from fedrun.errors import ConfigError
 from fedrun.privacy.paillier import EncryptedRows, PaillierKeys, ciphertext_bytes, server_sum
 from fedrun.sim.rows import sum_by_key
 from fedrun.types import Uploads
-from tests.conftest import make_method
+from tests.conftest import make_method, round_of
 
 FEDMF = ["method=fedmf", "backbone=pmf", "backbone.dim=4", "backbone.init_std=0.1", "dataset.ratings=true",
          "dataset.split.protocol=random_ratio", "dataset.split.valid=false", "method.key_length=256",
@@ -26,7 +26,7 @@ def test_paillier_rounds_equal_plaintext_rounds(mode):
     plain, _ = make_method(FEDMF + [f"method.mode={mode}"])
     assert torch.equal(encrypted.public.item, plain.public.item)
     for round_index in range(2):
-        a, b = encrypted.train_round(round_index), plain.train_round(round_index)
+        a, b = round_of(encrypted).train_round(round_index), round_of(plain).train_round(round_index)
         assert a.bytes_up == b.bytes_up and a.bytes_down == b.bytes_down
     assert not torch.equal(plain.public.item, make_method(FEDMF)[0].public.item)  # it trained
     torch.testing.assert_close(encrypted.public.item, plain.public.item, rtol=0, atol=1e-6)
@@ -53,8 +53,8 @@ def test_server_sums_ciphertexts_it_cannot_read():
 @pytest.mark.parametrize("mode", ["part", "full"])
 def test_traffic_is_counted_in_ciphertexts(mode):
     method, env = make_method(FEDMF + [f"method.mode={mode}"])
-    stats = method.train_round(0)
-    users = method.sampler.users(0)
+    stats = round_of(method).train_round(0)
+    users = round_of(method).sampler.users(0)
     d, cipher = 4, ciphertext_bytes(256)
     rated = float(env.train.sizes(users).double().mean())
     expected = rated * (d * cipher + 4) if mode == "part" else env.n_items * d * cipher

@@ -9,13 +9,14 @@ from dataclasses import fields
 import pytest
 import torch
 
+from fedrun.core.seeding import derive_seed
 from fedrun.data.negatives import sample_unrated
+from fedrun.defense.sum import Sum, SumConfig
 from fedrun.errors import ConfigError
 from fedrun.method.fedrecpp import denoised_mean
 from fedrun.sim.channel import AnonymousChannel
-from fedrun.sim.seeding import derive_seed
-from fedrun.types import DenoiserUploads, RelayedRows, Uploads
-from tests.conftest import make_method, needs_data
+from fedrun.types import Aggregate, DenoiserUploads, RelayedRows, Uploads
+from tests.conftest import make_method, needs_data, round_of
 
 RATED = ["backbone=pmf", "dataset.ratings=true", "dataset.split.protocol=random_ratio", "dataset.split.valid=false"]
 ML100K = ["dataset=ml-100k", "dataset.split.protocol=predefined", "dataset.split.valid=false", "backbone=pmf",
@@ -61,7 +62,7 @@ def oracle_round(method, env, round_index: int):
     item, user = method.public.item.clone(), method.private.user.clone()
     total, raters = torch.zeros_like(item), torch.zeros(item.shape[0])
     seed = derive_seed(env.sim.seed, "unrated", round_index)
-    for u in method.sampler.users(round_index).tolist():
+    for u in round_of(method).sampler.users(round_index).tolist():
         start, end = int(env.train.indptr[u]), int(env.train.indptr[u + 1])
         rated, ratings = env.train.items[start:end], env.train.ratings[start:end]
         count = min(int(len(rated) * config.rho), env.n_items - len(rated))
@@ -92,9 +93,9 @@ def oracle_round(method, env, round_index: int):
 def test_fedrec_round_equals_a_per_client_loop(t_predict):
     method, env = make_method(RATED + ["method=fedrec", "method.rho=1.5", f"method.t_predict={t_predict}",
                                        "method.t_local=3"])
-    method.train_round(0)
+    round_of(method).train_round(0)
     user, item = oracle_round(method, env, 1)
-    method.train_round(1)
+    round_of(method).train_round(1)
     assert torch.allclose(method.private.user, user, atol=1e-6)
     assert torch.allclose(method.public.item, item, atol=1e-6)
 
@@ -106,7 +107,8 @@ def test_denoising_arithmetic_on_a_hand_computed_case():
                       torch.tensor([[1.0], [2.0], [3.0], [4.0]]))
     relayed = DenoiserUploads(torch.tensor([0, 0, 0]), torch.tensor([1, 2, 3]), torch.tensor([[-5.0], [2.0], [4.0]]),
                               torch.tensor([-1.0, 1.0, 1.0]))
-    aggregate = denoised_mean(uploads, relayed)
+    denoisers = Uploads(1, relayed.denoiser, relayed.item, -relayed.delta, row_count=-relayed.count)
+    aggregate = denoised_mean(Sum(SumConfig()).exact_sum(Uploads.concat([uploads, denoisers])))
     assert aggregate.items.tolist() == [1]
     assert aggregate.item_delta.tolist() == [[3.0]]
 
@@ -119,12 +121,12 @@ def test_denoisers_collect_what_the_server_needs():
     captured = {}
     original = method.collect
 
-    def spy(rows):
-        captured["rows"], captured["relayed"] = rows, original(rows)
+    def spy(rows, held):
+        captured["rows"], captured["relayed"] = rows, original(rows, held)
         return captured["relayed"]
 
     method.collect = spy
-    method.train_round(0)
+    round_of(method).train_round(0)
     rows, relayed = captured["rows"], captured["relayed"]
     clients = env.clients_with_data()
     batch = env.train.client_batch(clients)
@@ -154,24 +156,24 @@ def test_fedrecpp_server_phase_sees_uploads_only():
     from tests.test_privacy_boundary import Poison
 
     method, env = make_method(RATED + ["method=fedrecpp", "method.rho=1", "method.denoisers=2"])
-    assert list(inspect.signature(denoised_mean).parameters) == ["uploads", "relayed"]
+    assert list(inspect.signature(denoised_mean).parameters) == ["aggregate"]
     import fedrun.method.fedrecpp as module
 
     original = module.denoised_mean
 
-    def poisoned(uploads, relayed):
+    def poisoned(aggregate):
         saved = (env.train, method.private)
         env.train, method.private = Poison("ClientStore"), Poison("PrivateParams")
         try:
-            assert isinstance(uploads, Uploads) and isinstance(relayed, DenoiserUploads)
-            return original(uploads, relayed)
+            assert isinstance(aggregate, Aggregate)
+            return original(aggregate)
         finally:
             env.train, method.private = saved
 
     module.denoised_mean = poisoned
     try:
         for r in range(2):
-            method.train_round(r)
+            round_of(method).train_round(r)
     finally:
         module.denoised_mean = original
 
@@ -191,7 +193,7 @@ def test_fedrecpp_is_lossless_on_ml100k(extra):
     noisy, _ = make_method(common + sampling + ["method=fedrec", "method.rho=2"], base=[])
     for r in range(8):
         for method in (reference, lossless, noisy):
-            method.train_round(r)
+            round_of(method).train_round(r)
     assert torch.allclose(lossless.public.item, reference.public.item, atol=2e-5, rtol=1e-4)
     assert torch.allclose(lossless.private.user, reference.private.user, atol=2e-5, rtol=1e-4)
     assert (noisy.public.item - reference.public.item).abs().max() > 1e-2
@@ -201,11 +203,11 @@ def test_fedrecpp_is_lossless_on_ml100k(extra):
 def test_audit_sees_rated_items_through_repeated_uploads():
     """One round hides I_u at precision 1/(1+ρ); intersecting a client's rounds recovers it."""
     method, _ = make_method(ML100K + ["method=fedrec", "method.rho=1", "method.audit=true"], base=[])
-    first = method.train_round(0).extra
+    first = round_of(method).train_round(0).extra
     assert first["audit_round_recall"] == 1.0
     assert abs(first["audit_round_precision"] - 0.5) < 0.01
     for r in range(1, 5):
-        last = method.train_round(r).extra
+        last = round_of(method).train_round(r).extra
     assert last["audit_intersect_precision"] > 0.95 and last["audit_intersect_recall"] == 1.0
 
 
@@ -213,7 +215,7 @@ def test_audit_sees_rated_items_through_repeated_uploads():
     (RATED + ["method=fedrecpp", "method.denoisers=n/1"], "method.denoisers"),
     (RATED + ["method=fedrecpp", "method.denoisers=many"], "method.denoisers"),
     (RATED + ["method=fedrecpp", "privacy=ldp", "privacy.targets=[item_rows]"], "privacy"),
-    (RATED + ["method=fedrecpp", "defense=sum"], "defense"),
+    (RATED + ["method=fedrecpp", "defense.weighting=data_size"], "defense"),
     (RATED + ["method=fedrec", "method.rho=-1"], "rho"),
     (["method=fedrec"], "backbone"),  # implicit data and a ranking backbone
 ])
@@ -237,7 +239,7 @@ def test_presets_run_on_ml100k_as_written(preset, row):
 
 def test_clients_per_round_all_and_bad_values():
     method, env = make_method(RATED + ["method=fedrec", "sim.clients_per_round=all"])
-    assert method.sampler.users(0).numel() == env.clients_with_data().numel()
+    assert round_of(method).sampler.users(0).numel() == env.clients_with_data().numel()
     with pytest.raises(ConfigError, match="clients_per_round"):
         make_method(RATED + ["method=fedrec", "sim.clients_per_round=most"])
 
@@ -246,12 +248,12 @@ def test_communication_is_counted_per_role():
     """ρ = 1: an ordinary client sends |I_u| + 2|I'_u| rows (server + its denoiser); the denoisers
     together receive every noise row; η = 0 costs |I_u ∪ I'_u| per client."""
     plain, env = make_method(RATED + ["method=fedrec", "method.rho=1", "sim.clients_per_round=all"])
-    stats = plain.train_round(0).extra
+    stats = round_of(plain).train_round(0).extra
     sizes = env.train.sizes(env.clients_with_data()).double()
     assert stats["comm_vectors_client"] == pytest.approx(float((2 * sizes).mean()))
     method, env = make_method(RATED + ["method=fedrecpp", "method.rho=1", "method.denoisers=2",
                                        "sim.clients_per_round=all"])
-    stats = method.train_round(0).extra
+    stats = round_of(method).train_round(0).extra
     ordinary = env.train.sizes(env.clients_with_data())[method.role[env.clients_with_data()] < 0].double()
     assert stats["comm_vectors_ordinary"] == pytest.approx(float((3 * ordinary).mean()))
     relayed_rows = float(stats["comm_vectors_denoiser"]) * 2 - float(ordinary.sum())  # η = 2: received = noise

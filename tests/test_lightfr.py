@@ -15,7 +15,7 @@ from fedrun.method.lightfr import DCDWeights, LightFRServer, dcd_codes
 from fedrun.retrieval.hamming import hamming_distances, pack_codes, top_k_hamming
 from fedrun.retrieval.search import faiss_available
 from fedrun.types import Aggregate, RoundContext
-from tests.conftest import SMALL, compose_cfg, make_method, needs_data
+from tests.conftest import SMALL, compose_cfg, make_method, needs_data, round_of, unpack
 
 LIGHTFR = ["method=lightfr", "backbone=binary-mf", "backbone.dim=16", "dataset.ratings=true",
            "dataset.split.protocol=random_ratio", "dataset.split.valid=false"]
@@ -49,8 +49,8 @@ def test_client_step_matches_per_client_per_bit_loop(rule, aggregation, stay):
     overrides = LIGHTFR + [f"method.rule={rule}", f"method.aggregation={aggregation}", "method.balance=0.002",
                            f"method.item_stay={stay}"]
     method, env = make_method(overrides)
-    problem = method.problems(method.sampler.users(0), 0)[0]
-    uploads, new_user, _ = method.client_step(problem)
+    problem = method.problems(round_of(method).sampler.users(0), 0)[0]
+    uploads, new_user, _ = unpack(method.client_step(problem))
     w = method.weights
     batch = problem.batch
     expected_rows = {}
@@ -121,14 +121,14 @@ def test_agg_para_is_a_majority_vote_that_keeps_ties():
 @pytest.mark.parametrize("aggregation,residual_bytes", [("para", 0), ("grad", 4)])
 def test_uploads_are_signs_and_communication_is_counted_in_bits(aggregation, residual_bytes):
     method, env = make_method(LIGHTFR + [f"method.aggregation={aggregation}", "sim.clients_per_round=8"])
-    stats = method.train_round(0)
+    stats = round_of(method).train_round(0)
     f, m = env.backbone.config.dim, env.n_items
-    users = method.sampler.users(0)
+    users = round_of(method).sampler.users(0)
     rated = env.train.sizes(users).double().mean()
     assert stats.bytes_down == m * f / 8
     assert stats.bytes_up == pytest.approx(float(rated) * (4 + f / 8 + residual_bytes))
     if aggregation == "para":
-        uploads, _, _ = method.client_step(method.problems(users, 1)[0])
+        uploads, _, _ = unpack(method.client_step(method.problems(users, 1)[0]))
         assert set(uploads.row_delta.unique().tolist()) <= {-1.0, 1.0}
     assert 0 <= stats.extra["item_bits_flipped"] <= 1 and stats.extra["dcd_sweeps_user"] >= 1
 
@@ -213,8 +213,8 @@ def test_cold_start_clients_never_train_and_fit_codes_by_eq19():
     assert cold.numel() == round(0.25 * env.clients_with_data().numel())
     initial = method.private.user[cold].clone()
     for r in range(4):
-        assert not method.cold[method.sampler.users(r)].any()  # never sampled
-        method.train_round(r)
+        assert not method.cold[round_of(method).sampler.users(r)].any()  # never sampled
+        round_of(method).train_round(r)
     assert torch.equal(method.private.user[cold], initial)  # untouched by training
     method.score_users(cold)  # ranking triggers Eq. 19 on the cold clients
     for u in cold.tolist():
@@ -259,13 +259,13 @@ def test_cold_start_items_are_withheld_and_coded_by_eq21():
     honest = method.client_step
 
     def watched(problem):
-        uploads, user, loss = honest(problem)
-        assert not method.cold_item[uploads.row_item].any()  # a cold item's rating never leaves a client
-        return uploads, user, loss
+        result = honest(problem)
+        assert not method.cold_item[result.uploads.row_item].any()  # a cold item's rating never leaves a client
+        return result
 
     method.client_step = watched
     for r in range(4):
-        method.train_round(r)
+        round_of(method).train_round(r)
     assert torch.equal(method.public.item[cold], initial)  # no upload, the stay term keeps the bits
     trained_users = method.private.user.clone()
     method.score_users(torch.arange(3))  # ranking triggers Eq. 21, then Eq. 19

@@ -8,7 +8,7 @@ import torch
 from fedrun.errors import ConfigError
 from fedrun.method.median_quantized import quantize
 from fedrun.retrieval.hamming import hamming_distances, pack_codes
-from tests.conftest import make_method
+from tests.conftest import make_method, round_of
 
 INIT = ["method=median_quantized", "backbone=pmf", "backbone.dim=16", "dataset.ratings=true",
         "dataset.split.protocol=random_ratio", "dataset.split.valid=false"]
@@ -24,7 +24,7 @@ def test_each_dimension_is_cut_at_its_median():
 
 def test_scores_rank_items_by_hamming_distance_of_the_trained_codes():
     method, env = make_method(INIT)
-    method.train_round(0)
+    round_of(method).train_round(0)
     users = torch.arange(5)
     scores = method.score_users(users)  # [5, I]
     user_codes, item_codes = method.codes()

@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from fedrun.errors import ConfigError
+from fedrun.method.federated import ClientResult
 from fedrun.method.metamf import generate, head, left_rows, predict
 from fedrun.sim.guards import UploadError
 from fedrun.types import RoundContext, Uploads
-from tests.conftest import make_method
+from tests.conftest import make_method, round_of, unpack
 from tests.test_privacy_boundary import server_phase_calls
 
 METAMF = ["method=metamf", "backbone=pmf", "backbone.dim=8", "dataset.ratings=true",
@@ -41,11 +42,12 @@ def end_to_end_gradients(method, users: torch.Tensor) -> dict[str, torch.Tensor]
 
 def test_server_backprop_of_uploads_equals_end_to_end_gradients():
     method, _ = make_method(METAMF)
-    users = method.sampler.users(0)
+    users = round_of(method).sampler.users(0)
     problems = method.problems(users, 0)
-    uploads = Uploads.concat([method.client_step(p)[0] for p in problems])
+    uploads = Uploads.concat([method.client_step(p).uploads for p in problems])
     senders = torch.cat([p.batch.users for p in problems])
-    aggregate = method.aggregate(uploads, senders, RoundContext(0, 0, senders.numel()))
+    aggregate = method.aggregate_uploads(uploads, senders, round_of(method).defense,
+                                         RoundContext(0, 0, senders.numel()))
     want = end_to_end_gradients(method, senders)
     assert aggregate.items.numel() == 0  # no shared item table
     for name, grad in want.items():
@@ -55,7 +57,7 @@ def test_server_backprop_of_uploads_equals_end_to_end_gradients():
 
 def test_pair_scores_equal_full_catalogue_scores():
     method, env = make_method(METAMF)
-    method.train_round(0)
+    round_of(method).train_round(0)
     users = torch.tensor([0, 3, 3, 7])
     full = method.score_users(users)  # [4, m]
     items = torch.tensor([5, 0, 11, env.n_items - 1])
@@ -64,16 +66,16 @@ def test_pair_scores_equal_full_catalogue_scores():
 
 def test_training_lowers_the_loss():
     method, _ = make_method(METAMF + ["sim.clients_per_round=all", "method.server_optimizer.lr=0.01"])
-    losses = [method.train_round(r).loss for r in range(30)]
+    losses = [round_of(method).train_round(r).loss for r in range(30)]
     assert losses[-1] < 0.5 * losses[0]
 
 
 def test_traffic_is_the_generated_model_down_and_its_gradients_up():
     method, env = make_method(METAMF)
-    stats = method.train_round(0)
+    stats = round_of(method).train_round(0)
     f, s, h, m = 8, 3, 2, env.n_items
     assert stats.bytes_down == 4 * (m * s + s * f + f * h + h + h + 1)
-    rated = float(env.train.sizes(method.sampler.users(0)).double().mean())
+    rated = float(env.train.sizes(round_of(method).sampler.users(0)).double().mean())
     assert stats.bytes_up == pytest.approx(rated * (4 + 4 * s) + 4 * (s * f + f * h + h + h + 1))
 
 
@@ -82,13 +84,14 @@ def test_uploads_outside_metamf_schema_are_refused():
     honest = method.client_step
 
     def leaky(problem):
-        uploads, user, loss = honest(problem)
+        uploads, user, loss = unpack(honest(problem))
         dense = {**uploads.dense, "ratings": problem.batch.ratings}
-        return Uploads(uploads.n_clients, uploads.row_client, uploads.row_item, uploads.row_delta, dense), user, loss
+        return ClientResult(Uploads(uploads.n_clients, uploads.row_client, uploads.row_item, uploads.row_delta,
+                                    dense), user, loss)
 
     method.client_step = leaky
     with pytest.raises(UploadError, match=r"undeclared fields \['ratings'\]"):
-        method.train_round(0)
+        round_of(method).train_round(0)
 
 
 def test_server_phase_sees_uploads_only():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.conftest import make_method
+from tests.conftest import make_method, round_of
 from tests.oracle.fedavg_loop import fedavg_round
 
 ROUNDS = 3
@@ -37,10 +37,10 @@ def check_rounds(overrides, weighting="uniform"):
     start = method.public.item.clone()
     for r in range(ROUNDS):
         user_table, public = method.private.user.clone(), method.public.clone()
-        problems = method.problems(method.sampler.users(r), r)
+        problems = method.problems(round_of(method).sampler.users(r), r)
         fedavg_round(env.backbone, user_table, public, clients_of(problems), method.config.optimizer,
                      env.sim.local_epochs, weighting)
-        method.train_round(r)
+        round_of(method).train_round(r)
         torch.testing.assert_close(method.public.item, public.item, rtol=1e-4, atol=1e-6)
         for name in public.net:
             torch.testing.assert_close(method.public.net[name], public.net[name], rtol=1e-4, atol=1e-6)
@@ -95,9 +95,9 @@ def test_fedsgd_fast_path_equals_general_path(backbone, defense):
               "sim.min_bucket_clients=1", *extra]
     fast, _ = make_method(common)
     slow, _ = make_method(common + ["sim.fast_path=off"])
-    assert fast.uses_fast_path and not slow.uses_fast_path
+    assert round_of(fast).uses_fast_path and not round_of(slow).uses_fast_path
     for r in range(4):
-        loss_fast, loss_slow = fast.train_round(r).loss, slow.train_round(r).loss
+        loss_fast, loss_slow = round_of(fast).train_round(r).loss, round_of(slow).train_round(r).loss
         assert loss_fast == pytest.approx(loss_slow, rel=1e-5)
     torch.testing.assert_close(fast.public.item, slow.public.item, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(fast.private.user, slow.private.user, rtol=1e-4, atol=1e-6)
@@ -106,6 +106,6 @@ def test_fedsgd_fast_path_equals_general_path(backbone, defense):
 
 
 def test_fast_path_is_refused_when_not_exact():
-    assert not make_method(["method.optimizer.name=adam"])[0].uses_fast_path
-    assert not make_method(["sim.local_epochs=2"])[0].uses_fast_path
-    assert not make_method(["method.optimizer.momentum=0.5"])[0].uses_fast_path
+    assert not round_of(make_method(["method.optimizer.name=adam"])[0]).uses_fast_path
+    assert not round_of(make_method(["sim.local_epochs=2"])[0]).uses_fast_path
+    assert not round_of(make_method(["method.optimizer.momentum=0.5"])[0]).uses_fast_path

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from fedrun.cli import config_dir
+from fedrun.core.paths import config_dir
 from fedrun.experiment import plan, run
 from tests.conftest import compose_cfg
 

@@ -9,9 +9,10 @@ import types
 import pytest
 import torch
 
+from fedrun.method.federated import ClientResult
 from fedrun.sim.guards import UploadError
 from fedrun.types import Uploads
-from tests.conftest import make_method
+from tests.conftest import make_method, round_of, unpack
 
 
 class PrivacyViolation(AssertionError):
@@ -45,12 +46,14 @@ def poisoned(fn, name: str, method, env, calls: list[str]):
 
 
 def server_phase_calls(method, env) -> list[str]:
-    """One round of a method whose server phase is its own ``aggregate`` (it adds noise, back-propagates,
-    ...) and ``server.step``, both run with client data poisoned → the phases that ran, in order."""
+    """One round of a method whose server phase is its own (it adds noise, back-propagates, ...): the
+    round's aggregation step and ``server.step``, both run with client data poisoned → the phases that
+    ran, in order."""
     calls: list[str] = []
-    method.aggregate = poisoned(method.aggregate, "aggregate", method, env, calls)
+    rounds = round_of(method)
+    rounds.aggregate = poisoned(rounds.aggregate, "aggregate", method, env, calls)
     method.server.step = poisoned(method.server.step, "server.step", method, env, calls)
-    method.train_round(0)
+    round_of(method).train_round(0)
     return calls
 
 
@@ -70,10 +73,10 @@ def reachable(root, limit=20000):
 @pytest.mark.parametrize("overrides", [[], ["backbone=ncf", "sim.fast_path=off"]], ids=["fast-path", "general"])
 def test_server_holds_no_reference_to_client_data(overrides):
     method, env = make_method(overrides)
-    method.train_round(0)
+    round_of(method).train_round(0)
     client_side = [env.train, env.train.items, env.train.indptr, method.private, method.private.user, env.split,
                    env.split.train]
-    server_side = reachable(method.server) + reachable(method.defense)
+    server_side = reachable(method.server) + reachable(round_of(method).defense)
     leaked = [c for c in client_side if any(c is obj for obj in server_side)]
     assert not leaked
     private_storage = method.private.user.untyped_storage().data_ptr()
@@ -86,10 +89,10 @@ def test_server_holds_no_reference_to_client_data(overrides):
 def test_server_phase_never_touches_client_data(overrides):
     method, env = make_method(overrides)
     calls = []
-    method.defense.aggregate = poisoned(method.defense.aggregate, "aggregate", method, env, calls)
+    round_of(method).defense.aggregate = poisoned(round_of(method).defense.aggregate, "aggregate", method, env, calls)
     method.server.step = poisoned(method.server.step, "server.step", method, env, calls)
     for r in range(3):
-        method.train_round(r)
+        round_of(method).train_round(r)
     assert "server.step" in calls
 
 
@@ -112,7 +115,7 @@ def test_poison_catches_a_leaky_server():
 
     method.server.step = wrapper
     with pytest.raises(PrivacyViolation, match="ClientStore.items"):
-        method.train_round(0)
+        round_of(method).train_round(0)
 
 
 def test_uploads_with_undeclared_fields_are_refused():
@@ -120,11 +123,11 @@ def test_uploads_with_undeclared_fields_are_refused():
     honest = method.client_step
 
     def leaky_client_step(problem):
-        uploads, user, loss = honest(problem)
+        uploads, user, loss = unpack(honest(problem))
         dense = {**uploads.dense, "user_embedding": user}  # a private row smuggled into the upload
-        return Uploads(uploads.n_clients, uploads.row_client, uploads.row_item, uploads.row_delta, dense,
-                       uploads.weight), user, loss
+        return ClientResult(Uploads(uploads.n_clients, uploads.row_client, uploads.row_item, uploads.row_delta,
+                                    dense, uploads.weight), user, loss)
 
     method.client_step = leaky_client_step
     with pytest.raises(UploadError, match=r"undeclared fields \['user_embedding'\]"):
-        method.train_round(0)
+        round_of(method).train_round(0)

@@ -11,7 +11,7 @@ from fedrun.errors import ConfigError
 from fedrun.method.privrec import USER_INIT, clip_clients
 from fedrun.sim.batching import local_problem
 from fedrun.types import RoundContext, Uploads
-from tests.conftest import make_method
+from tests.conftest import make_method, round_of, unpack
 from tests.test_privacy_boundary import server_phase_calls
 
 PRIVREC = ["method=privrec", "backbone=pmf", "backbone.dim=4", "backbone.init_std=0.1", "dataset.ratings=true",
@@ -44,11 +44,11 @@ def reptile_loop(method, users: torch.Tensor) -> dict[int, tuple[torch.Tensor, d
 
 def test_client_step_equals_a_per_client_reptile_loop():
     method, _ = make_method(PRIVREC + ["method.clip=1e9", "method.optimizer.lr=0.3"])
-    users = method.sampler.users(0)
+    users = round_of(method).sampler.users(0)
     problems = method.problems(users, 0)
     want = reptile_loop(method, torch.cat([p.batch.users for p in problems]))
     for problem in problems:
-        uploads, new_user, _ = method.client_step(problem)
+        uploads, new_user, _ = unpack(method.client_step(problem))
         for c, user in enumerate(problem.batch.users.tolist()):
             user_delta, rows = want[user]
             torch.testing.assert_close(uploads.dense[USER_INIT][c], user_delta, rtol=1e-5, atol=1e-6)
@@ -83,32 +83,33 @@ def test_server_noise_has_sigma_zs_on_the_sum():
     n, d = 10, 4
     silent = Uploads(n, torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long), torch.zeros(0, d),
                      {USER_INIT: torch.zeros(n, d)})
-    aggregate = method.aggregate(silent, torch.arange(n), RoundContext(0, 0, n))
+    exact_sum = round_of(method).defense.exact_sum(silent)
+    aggregate = method.noisy_mean(exact_sum, RoundContext(0, 0, n))
     noise = aggregate.item_delta * n  # the noise on the sum
     assert noise.shape == (env.n_items, d) and torch.equal(aggregate.items, torch.arange(env.n_items))
     assert abs(noise.std().item() - 2.0) < 0.15 and abs(noise.mean().item()) < 0.15  # σ = zS = 2, 320 draws
-    again = method.aggregate(silent, torch.arange(n), RoundContext(0, 0, n))
+    again = method.noisy_mean(exact_sum, RoundContext(0, 0, n))
     assert torch.equal(again.item_delta, aggregate.item_delta)  # seeded per round
-    assert not torch.equal(method.aggregate(silent, torch.arange(n), RoundContext(1, 0, n)).item_delta,
+    assert not torch.equal(method.noisy_mean(exact_sum, RoundContext(1, 0, n)).item_delta,
                            aggregate.item_delta)
 
 
 def test_without_noise_the_server_applies_the_mean_clipped_update():
     method, _ = make_method(PRIVREC + ["method.noise=0", "method.clip=0.05"])
     item0, init0 = method.public.item.clone(), method.public.net[USER_INIT].clone()
-    users = method.sampler.users(0)
-    parts = [method.client_step(p)[0] for p in method.problems(users, 0)]
+    users = round_of(method).sampler.users(0)
+    parts = [method.client_step(p).uploads for p in method.problems(users, 0)]
     uploads = Uploads.concat(parts)
     method.server.public.item.copy_(item0)
     expected = item0.clone().index_add_(0, uploads.row_item, uploads.row_delta / users.numel())
-    method.train_round(0)
+    round_of(method).train_round(0)
     torch.testing.assert_close(method.public.item, expected)
     torch.testing.assert_close(method.public.net[USER_INIT], init0 + uploads.dense[USER_INIT].mean(0))
 
 
 def test_clients_adapt_before_ranking_and_learn_without_noise():
     method, env = make_method(PRIVREC + ["method.noise=0", "method.optimizer.lr=0.3", "sim.clients_per_round=all"])
-    losses = [method.train_round(r).loss for r in range(15)]
+    losses = [round_of(method).train_round(r).loss for r in range(15)]
     assert losses[-1] < 0.5 * losses[0]
     prepared = []
     adapt_all = method.prepare_ranking
@@ -122,7 +123,7 @@ def test_clients_adapt_before_ranking_and_learn_without_noise():
     assert torch.isfinite(scores).all()
     method.score_users(users)
     assert prepared == [15]  # once per server step, not once per scoring call
-    method.train_round(15)
+    round_of(method).train_round(15)
     method.score_users(users[:3])
     assert prepared == [15, 16]
 

@@ -7,7 +7,7 @@ from mlflow.tracking import MlflowClient
 
 from fedrun import experiment
 from fedrun.report.cli import main as report_main
-from fedrun.sim.runner import NumericalError
+from fedrun.simulator.loop import NumericalError
 from tests.conftest import SMALL, compose_cfg
 
 

@@ -15,7 +15,7 @@ from fedrun.backbone.sequential import SequenceView, SequentialConfig, layer_nor
 from fedrun.data.client_store import ClientStore, recent_history
 from fedrun.data.interactions import Interactions
 from fedrun.errors import ConfigError
-from tests.conftest import make_method
+from tests.conftest import make_method, round_of
 
 SEQ = ["sim.clients_per_round=8", "backbone.max_len=6", "backbone.dropout=0.0"]
 
@@ -193,9 +193,9 @@ def test_sequence_mixup_loss_equals_a_direct_per_client_computation(backbone, sc
     method, env = make_method(["method=fedcl", f"backbone={backbone}", "privacy=ldp", "method.n_clusters=3",
                                "method.semi_hard=5", f"method.in_batch_scope={scope}", *SEQ])
     assert method.in_batch
-    users = method.sampler.users(0)
+    users = round_of(method).sampler.users(0)
     server = method.hard_server
-    server.receive(method.upload_embeddings(users, 0), 0)
+    server.receive(method.upload_embeddings(users, 0, round_of(method).privacy), 0)
     hard = server.negatives(users, method.public, 0)
     hard_of = {int(u): hard[b].tolist() for b, u in enumerate(users)}
     checked = 0
@@ -212,7 +212,7 @@ def test_sequence_mixup_loss_equals_a_direct_per_client_computation(backbone, sc
 
 def test_sequences_train_on_their_last_max_len_items():
     method, env = make_method(["method=fedcl", "backbone=gru4rec", "method.semi_hard=0", *SEQ])
-    users = method.sampler.users(0)
+    users = round_of(method).sampler.users(0)
     for problem in method.problems(users, 0):
         batch = problem.batch
         assert batch.pos.shape[1] <= 6
@@ -227,7 +227,7 @@ def test_sequential_methods_learn_on_synthetic_data(method, backbone):
     extra = ["method.n_clusters=3"] if method == "fedcl" else []
     trainer, env = make_method([f"method={method}", f"backbone={backbone}", *SEQ, *extra])
     rounds = 3 if method == "central" else 30
-    losses = [trainer.train_round(r).loss for r in range(rounds)]
+    losses = [round_of(trainer).train_round(r).loss for r in range(rounds)]
     assert np.isfinite(losses).all()
     assert np.mean(losses[-2:]) < np.mean(losses[:2])
     scores = trainer.score_users(torch.arange(5), [env.train])
@@ -275,7 +275,7 @@ def test_pair_scores_agree_with_full_scores(method, backbone):
     overrides += SEQ if backbone != "mf" else []
     overrides += ["method.n_clusters=3"] if method == "fedcl" else []
     trainer, env = make_method(overrides)
-    trainer.train_round(0)
+    round_of(trainer).train_round(0)
     history = [env.train]
     users = torch.tensor([3, 1, 3, 7, 1, 0])
     items = torch.tensor([5, 2, 9, 0, 2, 11])

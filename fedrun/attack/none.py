@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fedrun.attack.base import Attack
+from fedrun.backbone.base import PublicParams
 from fedrun.types import RoundContext, Uploads
 
 
@@ -15,7 +16,8 @@ class NoAttackConfig:
 
 class NoAttack(Attack):
     Config = NoAttackConfig
-    injects = False
+    active = False
+    needs = frozenset()
 
-    def inject(self, uploads: Uploads, ctx: RoundContext) -> Uploads:
-        return uploads
+    def craft(self, view: PublicParams, ctx: RoundContext) -> Uploads | None:
+        return None

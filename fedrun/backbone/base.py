@@ -57,6 +57,12 @@ class Backbone:
     losses: ClassVar[tuple[str, ...]] = ("bpr", "bce")
     sequential: ClassVar[bool] = False  # users inferred from their histories (GRU4Rec, BERT4Rec), no private rows
 
+    @property
+    def user_context(self) -> str:
+        """What a user is to this model: ``ids`` (a private row per user) or ``sequence`` (inferred from
+        the user's history) — declared so ``fedrun.build`` can match it with a method's client step."""
+        return "sequence" if self.sequential else "ids"
+
     def __init__(self, config: BackboneConfig):
         self.config = config
         check(config.loss in self.losses, "backbone.loss", config.loss,

@@ -27,8 +27,8 @@ import torch.nn.functional as F
 
 from fedrun.backbone.base import init_linear, linear
 from fedrun.backbone.sequential import SequenceView, SequentialBackbone, SequentialConfig, dropout, layer_norm
+from fedrun.core import hashrng
 from fedrun.errors import check, check_fraction
-from fedrun.sim import hashrng
 
 _UNIT = 1 << 24
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from fedrun.sim import hashrng
+from fedrun.core import hashrng
 
 
 def contains(sorted_keys: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:

@@ -29,3 +29,7 @@ class Mean(LinearDefense):
 
     def linear_weights(self, data_size: torch.Tensor) -> torch.Tensor:
         return data_size if self.config.weighting == "data_size" else torch.ones_like(data_size)
+
+    @property
+    def plain(self) -> bool:
+        return self.config.weighting == "uniform"

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from fedrun.core import hashrng
+from fedrun.core.seeding import derive_seed
 from fedrun.data.client_store import ClientStore
 from fedrun.data.interactions import Interactions
 from fedrun.data.negatives import sample_negatives
@@ -21,8 +23,6 @@ from fedrun.errors import check, check_choice
 from fedrun.eval.base import EvalConfig, Evaluator
 from fedrun.eval.metrics import from_ranks
 from fedrun.method.base import Method
-from fedrun.sim import hashrng
-from fedrun.sim.seeding import derive_seed
 
 
 @dataclass

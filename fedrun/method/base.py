@@ -27,7 +27,7 @@ class RoundStats:
 class Method:
     Config: ClassVar[type]
 
-    def __init__(self, config: Any, env: RunEnv, **components: Any):
+    def __init__(self, config: Any, env: RunEnv):
         self.config = config
         self.env = env
 

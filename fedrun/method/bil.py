@@ -115,8 +115,8 @@ class BIL(FedCL):
     needs_negatives = False
     unpadded_fast_path = False  # the unpadded pass computes Eq. 1: BIL takes the bucketed one
 
-    def __init__(self, config: BILConfig, env, **components):
-        super().__init__(config, env, **components)
+    def __init__(self, config: BILConfig, env):
+        super().__init__(config, env)
         inner_product = isinstance(env.backbone, MF)  # MF, GRU4Rec, BERT4Rec: score = ⟨q, v⟩
         if config.similarity == "cosine" and not inner_product:
             raise ConfigError("method.similarity", "cosine", f"score or auto for {type(env.backbone).__name__}: "

@@ -22,13 +22,13 @@ import torch.nn.functional as F
 
 from fedrun.backbone.losses import example_sq_norms, per_client_loss
 from fedrun.backbone.sequential import score_pairs, user_queries
+from fedrun.core.seeding import derive_seed, generator
 from fedrun.data.client_store import ClientStore
 from fedrun.data.negatives import sample_negatives
 from fedrun.errors import check
 from fedrun.method.base import Method, RoundStats
 from fedrun.sim.env import RunEnv
 from fedrun.sim.local import ClientOptimizer
-from fedrun.sim.seeding import derive_seed, generator
 
 
 @dataclass
@@ -47,7 +47,7 @@ class CentralConfig:
 class Central(Method):
     Config = CentralConfig
 
-    def __init__(self, config: CentralConfig, env: RunEnv, **components):
+    def __init__(self, config: CentralConfig, env: RunEnv):
         super().__init__(config, env)
         private, public = env.backbone.init_params(env.n_users, env.n_items, generator(env.sim.seed, "init"))
         self.user = private.user.to(env.device).requires_grad_(True)

@@ -34,8 +34,9 @@ import torch
 
 from fedrun.backbone.base import PublicParams
 from fedrun.backbone.pmf import PMF
+from fedrun.defense.base import Defense
 from fedrun.errors import ConfigError, check_positive
-from fedrun.method.federated import FastRound, FederatedMethod
+from fedrun.method.federated import FastRound, FederatedMethod, Needs
 from fedrun.method.rating_scale import RatingScale
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.sim.batching import bucketize
@@ -77,14 +78,20 @@ class FCFServer(OptimizerServer):
 class FCF(FederatedMethod):
     Config = FCFConfig
 
-    def __init__(self, config: FCFConfig, env, **components):
+    def __init__(self, config: FCFConfig, env):
         if not isinstance(env.backbone, PMF):
             raise ConfigError("backbone", type(env.backbone).__name__,
                               "backbone=pmf for method=fcf (inner-product MF fitted by a weighted squared loss)")
         self.scale = RatingScale.of_training(env, "fcf") if env.split.train.rating is not None else None
-        super().__init__(config, env, **components)
-        self.require_exact_sum("fcf: its server sums the clients' dense gradients (Eq. 7), computed exactly "
-                               "without materialising them")
+        super().__init__(config, env)
+
+    @classmethod
+    def needs(cls, config: FCFConfig) -> Needs:
+        why = "its server sums the clients' dense gradients (Eq. 7), computed exactly without materialising them"
+        return Needs(exact_sum=why, plain_uploads=why, no_attack=why)
+
+    def fast_path_exact(self) -> bool:
+        return True  # the closed-form sum is FCF's only path
 
     def make_server(self, public: PublicParams) -> Server:
         return FCFServer(public, self.config.server_optimizer, self.env.backbone.config.l2)
@@ -117,7 +124,7 @@ class FCF(FederatedMethod):
         rated_coef = (conf * (1 - score) + score) * mask  # f(u, i) + (x_uᵀy_i) x_u, over x_u
         return SolvedClients(user, loss, rated_coef)
 
-    def fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None) -> FastRound:
+    def fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None, rule: Defense) -> FastRound:
         """The round: every client's Eq. 4, then Σ_u f(u, ·) over the whole catalogue (module docstring)."""
         env, item = self.env, self.public.item
         gram = item.T @ item  # [f, f] YᵀY

@@ -27,13 +27,14 @@ import torch
 
 from fedrun.backbone.base import PublicParams
 from fedrun.backbone.losses import example_sq_norms, per_client_loss
+from fedrun.core.seeding import derive_seed
 from fedrun.data.negatives import sample_flat_negatives
+from fedrun.defense.base import Defense
 from fedrun.errors import check
 from fedrun.method.federated import FastRound, FederatedMethod
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.sim.local import ClientOptimizer
 from fedrun.sim.rows import gather_rows
-from fedrun.sim.seeding import derive_seed
 from fedrun.sim.server_opt import ServerOptimizerConfig
 
 
@@ -49,25 +50,23 @@ class FedAvgConfig:
 
 class FedAvg(FederatedMethod):
     Config = FedAvgConfig
+    has_fedsgd_path = True
 
-    def __init__(self, config: FedAvgConfig, env, **components):
-        super().__init__(config, env, **components)
+    def __init__(self, config: FedAvgConfig, env):
+        super().__init__(config, env)
         self.num_negatives = 0 if env.backbone.config.loss == "mse" else config.num_negatives
-        self.uses_fast_path = self.fedsgd_is_exact()
 
-    def describe(self) -> dict:
-        return {"fedsgd_fast_path": self.uses_fast_path}
+    def fast_path_exact(self) -> bool:
+        return self.fedsgd_exact()
 
     def make_server(self, public: PublicParams) -> Server:
         return OptimizerServer(public, self.config.server_optimizer)
 
-    def fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None
-                   ) -> FastRound | None:
+    def fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None,
+                   rule: Defense) -> FastRound | None:
         """FedSGD in one pass over the round's examples, unpadded: Σ_c w_c·mean_c(ℓ) is the sum
         over examples of (w_c / |D_c|)·ℓ_e, so examples are processed in chunks of at most
         ``sim.max_slots`` scored items with gradients accumulating on the shared rows."""
-        if not self.uses_fast_path:
-            return None
         env, n_neg = self.env, self.num_negatives
         owner, position, items, ratings = env.train.flat(users)  # [N] each
         sizes = env.train.sizes(users).to(torch.float32)  # [B]
@@ -77,7 +76,7 @@ class FedAvg(FederatedMethod):
             negatives = sample_flat_negatives(users, owner, position, items, n_neg, env.n_items, seed)
             candidates = torch.cat([candidates, negatives], 1)
         pairs, pair_of = torch.unique(owner.unsqueeze(1) * env.n_items + candidates, return_inverse=True)
-        step = self.fedsgd_pass(users, pairs, sizes)
+        step = self.fedsgd_pass(users, pairs, sizes, rule)
         coef = (step.weight / sizes)[owner]  # [N]
         losses = torch.zeros(users.numel(), device=users.device)  # [B] each client's mean loss
         per_chunk = max(1, env.sim.max_slots // candidates.shape[1])

@@ -53,16 +53,18 @@ import torch
 
 from fedrun.backbone.base import PublicParams
 from fedrun.backbone.sequential import SequenceView
+from fedrun.core import hashrng
+from fedrun.core.seeding import derive_seed, generator
 from fedrun.data.negatives import sample_client_negatives
+from fedrun.defense.base import Defense
 from fedrun.errors import ConfigError, check, check_choice
-from fedrun.method.federated import Exchange, FederatedMethod
+from fedrun.method.federated import Exchange, FederatedMethod, Needs
 from fedrun.method.server import OptimizerServer, Server
+from fedrun.privacy.base import Privacy
 from fedrun.retrieval.hard_negatives import HardNegativeConfig, HardNegativeServer
-from fedrun.sim import hashrng
 from fedrun.sim.batching import LocalProblem, bucketize, local_problem
 from fedrun.sim.local import ClientOptimizer, slot_rows
 from fedrun.sim.rows import gather_rows
-from fedrun.sim.seeding import derive_seed, generator
 from fedrun.sim.server_opt import ServerOptimizerConfig
 from fedrun.types import ClientBatch, EmbeddingUploads
 
@@ -119,10 +121,10 @@ class FedCL(FederatedMethod):
     Config = FedCLConfig
     unpadded_fast_path: ClassVar[bool] = True  # local_loss is Eq. 1 per positive (subclasses may differ)
     needs_negatives = True  # Eq. 1 is a softmax over the positive and its negatives
-    supports_sequential = True
+    has_fedsgd_path = True
 
-    def __init__(self, config: FedCLConfig, env, **components):
-        super().__init__(config, env, **components)
+    def __init__(self, config: FedCLConfig, env):
+        super().__init__(config, env)
         backbone = env.backbone
         check(backbone.config.loss != "mse", "backbone.loss", "mse", "a ranking loss: FedCL is contrastive")
         sequential = self.sequential = backbone.sequential
@@ -146,14 +148,20 @@ class FedCL(FederatedMethod):
             width = backbone.item_width if sequential else backbone.user_width  # a query vector / a user row
             self.hard_server = HardNegativeServer(config, backbone, env.n_users, width, env.sim.seed, env.device)
         self.embedding_uploads = torch.zeros(env.n_users, dtype=torch.int64, device=env.device)
-        self.uses_fast_path = self.fedsgd_is_exact()
+
+    @classmethod
+    def needs(cls, config: FedCLConfig) -> Needs:
+        return Needs(user_contexts=frozenset({"ids", "sequence"}))
 
     @classmethod
     def shares_embeddings(cls, config: FedCLConfig) -> bool:
         return config.semi_hard > 0
 
+    def fast_path_exact(self) -> bool:
+        return self.fedsgd_exact()
+
     def describe(self) -> dict:
-        return {"in_batch_negatives": self.in_batch, "fedsgd_fast_path": self.uses_fast_path}
+        return {"in_batch_negatives": self.in_batch}
 
     def make_server(self, public: PublicParams) -> Server:
         return OptimizerServer(public, self.config.server_optimizer)
@@ -164,22 +172,22 @@ class FedCL(FederatedMethod):
         its training history infers under the public model [B, d] (sequential, §3.1)."""
         return self.user_queries(users, [self.env.train])
 
-    def upload_embeddings(self, users: torch.Tensor, round_index: int) -> EmbeddingUploads:
+    def upload_embeddings(self, users: torch.Tensor, round_index: int, privacy: Privacy) -> EmbeddingUploads:
         gen = generator(self.env.sim.seed, "embedding-privacy", round_index, self.env.device)
-        vectors = self.privacy.privatize_embeddings(self.user_embeddings(users), gen)
+        vectors = privacy.privatize_embeddings(self.user_embeddings(users), gen)
         self.embedding_uploads[users] += 1
         return EmbeddingUploads(users, vectors)
 
     # -- the round: embeddings up, semi-hard negatives down (before local training) ----------------
-    def exchange(self, users: torch.Tensor, round_index: int) -> Exchange:
+    def exchange(self, users: torch.Tensor, round_index: int, privacy: Privacy) -> Exchange:
         if self.hard_server is None:  # the "+Fed" row: no exchange
             return Exchange()
-        embeddings = self.upload_embeddings(users, round_index)
+        embeddings = self.upload_embeddings(users, round_index, privacy)
         self.hard_server.receive(embeddings, round_index)  # server side: uploads only
         hard = self.hard_server.negatives(users, self.public, round_index)  # [B, T] sent to the clients
         metrics = {"cluster_seconds_total": self.hard_server.cluster_seconds}
-        epsilon = self.privacy.epsilon_per_upload()
-        if epsilon is not None and "user_embedding" in self.privacy.targets:
+        epsilon = privacy.epsilon_per_upload()
+        if epsilon is not None and "user_embedding" in privacy.targets:
             metrics["epsilon_spent_max"] = float(self.embedding_uploads.max()) * epsilon
         return Exchange(hard, embeddings.nbytes_per_client(), 4.0 * self.n_semi, metrics)  # T int32 item ids
 
@@ -238,16 +246,14 @@ class FedCL(FederatedMethod):
         return store[owner.unsqueeze(1), picks]
 
     # -- FedSGD fast path ------------------------------------------------------------------------
-    def fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None):
-        """The round as one FedSGD pass (``FedSGDPass``) when exact: unpadded for Eq. 1 on ID-based
-        backbones, per bucket otherwise. Same draws and same model as the general path."""
-        if not self.uses_fast_path:
-            return None
+    def fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None, rule: Defense):
+        """The round as one FedSGD pass (``FedSGDPass``) under the linear ``rule``: unpadded for Eq. 1
+        on ID-based backbones, per bucket otherwise. Same draws and same model as the general path."""
         if self.sequential or not self.unpadded_fast_path:
-            return self.bucketed_fast_round(users, round_index, sent)
-        return self.unpadded_fast_round(users, round_index, sent)
+            return self.bucketed_fast_round(users, round_index, sent, rule)
+        return self.unpadded_fast_round(users, round_index, sent, rule)
 
-    def unpadded_fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None):
+    def unpadded_fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None, rule: Defense):
         """Σ_c w_c L_c with L_c Eq. 1's mean over client c's positives is Σ_e (w_c / |D_c|)·ℓ_e:
         each positive e is scored against its local negatives and its client's semi-hard
         negatives ``sent`` [B, T] (scored once per client in a chunk), with no per-client copies
@@ -265,7 +271,7 @@ class FedCL(FederatedMethod):
             sent_keys = torch.arange(B, device=users.device).unsqueeze(1) * env.n_items + sent  # [B, T]
             keys.append(sent_keys.reshape(-1))
         pairs, pair_of = torch.unique(torch.cat(keys), return_inverse=True)
-        step = self.fedsgd_pass(users, pairs, sizes)
+        step = self.fedsgd_pass(users, pairs, sizes, rule)
         n_scored = candidates.numel()
         example_pair = pair_of[:n_scored].view_as(candidates)  # [N, 1 + n]
         semi_valid = None
@@ -295,7 +301,7 @@ class FedCL(FederatedMethod):
             losses.index_add_(0, chunk_owner, example_loss.detach() / sizes[chunk_owner])
         return self.fedsgd_result(step, losses)
 
-    def bucketed_fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None):
+    def bucketed_fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None, rule: Defense):
         """The general path's buckets and ``local_loss``, each client's item table gathered from the
         shared leaves (not copied) and the shared weights used as they are: one backward of
         Σ_c w_c L_c per bucket (sequential backbones, BIL)."""
@@ -305,7 +311,7 @@ class FedCL(FederatedMethod):
         keys = [((start + torch.arange(p.batch.size, device=users.device)).unsqueeze(1) * n_items + p.items)
                 for start, p in zip(starts, problems)]  # [b, Lu] each
         pairs = torch.unique(torch.cat([k[p.item_mask] for k, p in zip(keys, problems)]))
-        step = self.fedsgd_pass(order, pairs, torch.cat([p.weight for p in problems]))
+        step = self.fedsgd_pass(order, pairs, torch.cat([p.weight for p in problems]), rule)
         losses = []
         for start, key, problem in zip(starts, keys, problems):
             client = torch.arange(start, start + problem.batch.size, device=users.device)

@@ -1,14 +1,18 @@
-"""The federated round, written once. Methods fill ``make_server`` and, where they differ from
-plain local training, ``local_loss``, ``client_step`` or ``exchange``.
+"""The contract of a federated method: a client step and a server step, plus the protocol
+phases a method declares. The round that calls them exists once, above the methods
+(``fedrun.simulator.round``); a method never owns privacy, attack or defense.
 
-Round t (DESIGN.md, "Data flow of one run"):
-  1. sample clients (seeded per epoch) and bucket them by data size;
-  2. per bucket, the vectorized client step → Uploads (+ the clients' new private rows,
-     written back on the client side);
-  3. privacy.apply → attack.inject → checks (declared fields only, finite values);
-  4. server phase: defense.aggregate(Uploads) → server.step(Aggregate). The server object
-     is built from public parameters only and receives nothing else.
-When exact, steps 2–3 collapse into the FedSGD fast path (one backward, no copies).
+A method fills:
+  - ``make_server``: the server side, built from the public parameters alone;
+  - ``problems`` / ``client_step``: the vectorized client step of a bucket → :class:`ClientResult`
+    (uploads, the clients' new private rows, losses, per-client statistics) — values returned,
+    nothing stashed on ``self``; ``local_loss`` where only the loss differs from plain training;
+  - optionally ``exchange`` (a protocol phase before local training: FedCL's embedding exchange),
+    ``client_protocol`` (a client-side phase after the client steps: FedRec++'s relay to its
+    denoisers), ``observe_uploads`` (server-side statistics of the uploads), ``server_step``
+    (the method's own transform after the one aggregation path), ``traffic``;
+  - ``needs``: what the method requires of the other components (``Needs``), checked by
+    ``fedrun.build.check_combination`` before any data is read.
 """
 
 from __future__ import annotations
@@ -18,24 +22,20 @@ from typing import Any, ClassVar, Sequence
 
 import torch
 
-from fedrun.attack.base import Attack
 from fedrun.backbone.base import PrivateParams, PublicParams
 from fedrun.backbone.sequential import score_pairs, user_queries
+from fedrun.core.seeding import derive_seed, generator
 from fedrun.data.client_store import ClientStore
 from fedrun.data.negatives import sample_batch_negatives
 from fedrun.defense.base import Defense
-from fedrun.defense.mean import Mean
-from fedrun.defense.sum import Sum
-from fedrun.errors import ConfigError
-from fedrun.method.base import Method, RoundStats
+from fedrun.method.base import Method
 from fedrun.method.server import Server
 from fedrun.privacy.base import Privacy
 from fedrun.sim.batching import LocalProblem, bucketize, local_problem
 from fedrun.sim.env import RunEnv
-from fedrun.sim.guards import UploadSchema, check_finite, check_uploads
+from fedrun.sim.guards import UploadSchema
 from fedrun.sim.local import problem_loss, train_local
-from fedrun.sim.sampling import ClientSampler
-from fedrun.sim.seeding import derive_seed, generator
+from fedrun.sim.rows import LOCAL, RowReducer
 from fedrun.types import Aggregate, RoundContext, Uploads
 
 
@@ -68,6 +68,40 @@ class FedSGDPass:
 
 
 @dataclass(frozen=True)
+class Needs:
+    """What a method requires of the other components; each field, when set, says why (it ends the
+    refusal "<group>=<option> cannot run with method=<name>: <why>")."""
+
+    exact_sum: str | None = None  # its server rule needs Σ_c Δ_c exactly: a linear rule with unit weights
+    plain_uploads: str | None = None  # uploads must reach the server as computed: no privacy transform
+    no_attack: str | None = None  # malicious clients cannot join its protocol
+    user_contexts: frozenset[str] = frozenset({"ids"})  # which backbone user contexts its client step handles
+
+
+@dataclass(frozen=True)
+class ClientResult:
+    """One bucket's client step. ``uploads`` leave the clients; ``user`` [B, du] (the new private
+    rows) stays on them — the round writes it back; ``loss`` [B]; ``stats``: per-client statistics
+    ([B] or [1] tensors) that ``client_metrics`` summarises; ``relay``: what the bucket hands a
+    client-side protocol phase (``client_protocol``), never the server."""
+
+    uploads: Uploads
+    user: torch.Tensor
+    loss: torch.Tensor
+    stats: dict[str, torch.Tensor] = field(default_factory=dict)
+    relay: Any = None
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Mean bytes per participating client each way, and any further accounting metrics."""
+
+    up: float
+    down: float
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Exchange:
     """What the server sends the round's clients before they train (e.g. FedCL's semi-hard
     negatives, [B, T]), what that exchange cost per client, and metrics it reports."""
@@ -80,26 +114,14 @@ class Exchange:
 
 class FederatedMethod(Method):
     num_negatives: int = 0
-    supports_sequential: ClassVar[bool] = False  # whether the client step handles sequential backbones
+    has_fedsgd_path: ClassVar[bool] = False  # fast_round is a FedSGD pass (logged as run.fedsgd_fast_path)
 
-    def __init__(self, config: Any, env: RunEnv, *, privacy: Privacy, attack: Attack, defense: Defense):
+    def __init__(self, config: Any, env: RunEnv):
         super().__init__(config, env)
-        if env.backbone.sequential and not self.supports_sequential:
-            raise ConfigError("backbone", type(env.backbone).__name__,
-                              f"an ID-based backbone (mf, ncf, pmf, ...) for method {type(self).__name__}; "
-                              "sequential backbones run with method=fedcl, bil or central")
-        self.privacy, self.attack, self.defense = privacy, attack, defense
-        if "user_embedding" in privacy.targets and not self.shares_embeddings(config):
-            raise ConfigError("privacy.targets", list(privacy.targets),
-                              f"[item_rows] for method {type(self).__name__} with these settings: it uploads no user "
-                              "embedding, so the mechanism would protect nothing")
         private, public = env.backbone.init_params(env.n_users, env.n_items, generator(env.sim.seed, "init"))
         self.private = PrivateParams(private.user.to(env.device))  # client side
         self.server = self.make_server(
             PublicParams(public.item.to(env.device), {k: v.to(env.device) for k, v in public.net.items()}))
-        clients = env.clients_with_data()
-        self.sampler = ClientSampler(clients, env.sim.round_size(clients.numel()), env.sim.seed,
-                                     env.sim.sampling == "independent")
         self.server_steps = 0  # server steps taken (the version of the public model)
         self.prepared_for: int | None = None  # the server step prepare_ranking last ran for
 
@@ -108,27 +130,24 @@ class FederatedMethod(Method):
         """The public model as the clients download it."""
         return self.server.public
 
-    # -- hooks ---------------------------------------------------------------------------
+    # -- declared capabilities -------------------------------------------------------------
+    @classmethod
+    def needs(cls, config: Any) -> Needs:
+        """What this method requires of privacy, attack, defense and backbone (``Needs``)."""
+        return Needs()
+
     @classmethod
     def shares_embeddings(cls, config: Any) -> bool:
         """Whether clients upload a user embedding (what ``privacy`` target ``user_embedding`` protects)."""
         return False
 
+    # -- hooks ---------------------------------------------------------------------------
     def make_server(self, public: PublicParams) -> Server:
         raise NotImplementedError
 
-    def require_exact_sum(self, reason: str, attack: bool = True) -> None:
-        """A named error unless the uploads reach the server as the clients computed them (privacy
-        none; attack none, when ``attack``) and the defense is a plain sum or mean — for methods whose
-        server rule needs exactly that (``reason`` completes the message)."""
-        checks = [("privacy", self.privacy, not self.privacy.transforms_uploads),
-                  ("defense", self.defense, isinstance(self.defense, (Sum, Mean)))]
-        if attack:
-            checks.append(("attack", self.attack, not self.attack.injects))
-        for group, component, ok in checks:
-            if not ok:
-                allowed = "privacy=none, " + ("attack=none, " if attack else "") + "defense=mean or sum"
-                raise ConfigError(group, type(component).__name__, f"{allowed} for method={reason}")
+    def round_clients(self) -> torch.Tensor:
+        """[C] the clients the rounds sample from (default: every client with training data)."""
+        return self.env.clients_with_data()
 
     def prepare_ranking(self) -> None:
         """Client-side work before ranking with the current public model (cold-start codes, fast
@@ -144,8 +163,9 @@ class FederatedMethod(Method):
         weights, unless the protocol sends something else (MetaMF: gradients of its generated model)."""
         return UploadSchema.of_public(self.public)
 
-    def exchange(self, users: torch.Tensor, round_index: int) -> Exchange:
-        """A protocol step before local training (server ↔ clients); none by default."""
+    def exchange(self, users: torch.Tensor, round_index: int, privacy: Privacy) -> Exchange:
+        """A protocol step before local training (server ↔ clients; ``privacy`` protects what the
+        clients send in it); none by default."""
         return Exchange()
 
     def local_loss(self, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
@@ -153,11 +173,10 @@ class FederatedMethod(Method):
         """Per-client loss [B] on the clients' local copies (default: the backbone's loss)."""
         return problem_loss(self.env.backbone, problem, user, item_table, net)
 
-    def client_step(self, problem: LocalProblem) -> tuple[Uploads, torch.Tensor, torch.Tensor]:
-        """Vectorized over the bucket's clients → (uploads, new private rows [B, du], loss [B]).
-
-        Default: ``sim.local_epochs`` steps of ``config.optimizer`` on ``local_loss``; upload the
-        deltas of the touched item rows and of the shared weights; the user row stays."""
+    def client_step(self, problem: LocalProblem) -> ClientResult:
+        """Vectorized over the bucket's clients. Default: ``sim.local_epochs`` steps of
+        ``config.optimizer`` on ``local_loss``; upload the deltas of the touched item rows and of
+        the shared weights; the user row stays."""
         users = problem.batch.users
         item0 = self.public.item[problem.items]  # [B, Lu, di]
 
@@ -169,34 +188,63 @@ class FederatedMethod(Method):
         client, slot = problem.item_mask.nonzero(as_tuple=True)  # [R], [R]
         uploads = Uploads(users.numel(), client, problem.items[client, slot], result.item_delta[client, slot],
                           result.net_delta, problem.weight)
-        return uploads, result.user, result.loss
+        return ClientResult(uploads, result.user, result.loss)
 
-    def aggregate(self, uploads: Uploads, users: torch.Tensor, ctx: RoundContext) -> Aggregate:
-        """The server phase: the clients' uploads (and who sent them: ``users[c]`` is the user id of
-        upload client c, as the server of any FL protocol knows) → one aggregate. Default: the
-        ``defense`` rule."""
-        return self.defense.aggregate(uploads)
+    def client_protocol(self, uploads: Uploads, results: list[ClientResult],
+                        ctx: RoundContext) -> tuple[Uploads, dict[str, float]]:
+        """A client-side phase after the client steps: the buckets' (privatized) ``uploads`` in bucket
+        order and their ``results`` → (what the round's clients upload, metrics). Default: none."""
+        return uploads, {}
 
-    def fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None
-                   ) -> FastRound | None:
-        """Optional FedSGD shortcut computing the aggregate directly (``sent``: what ``exchange``
-        gave the clients); None when not exact."""
+    def client_metrics(self, stats: dict[str, list[torch.Tensor]]) -> dict[str, float]:
+        """Per-round metrics from the buckets' ``ClientResult.stats``; none by default."""
+        return {}
+
+    def reducer(self) -> RowReducer:
+        """How the round's exact sum is computed (``Needs.exact_sum`` methods; FedMF: a Paillier sum)."""
+        return LOCAL
+
+    def observe_uploads(self, uploads: Uploads, senders: torch.Tensor, ctx: RoundContext) -> dict[str, float]:
+        """Server side: statistics of the benign uploads (``senders[c]``: the user id of upload client
+        c, as the server of any FL protocol knows) — audits, accounting. None by default."""
+        return {}
+
+    def aggregate_uploads(self, uploads: Uploads, senders: torch.Tensor, defense: Defense,
+                          ctx: RoundContext) -> Aggregate | None:
+        """A server rule that needs each client's upload rather than per-row sums (MetaMF back-propagates
+        each client's gradients through its own generated model); None: the round's aggregation path."""
         return None
 
-    def fedsgd_is_exact(self) -> bool:
-        """Whether a FedSGD pass gives exactly the general path's aggregate (``FedSGDPass``)."""
-        return (self.env.sim.fast_path == "auto" and self.env.sim.local_epochs == 1
-                and self.config.optimizer.is_plain_sgd and not self.privacy.transforms_uploads
-                and not self.attack.injects and self.defense.linear_weights(torch.ones(1)) is not None)
+    def server_step(self, aggregate: Aggregate, ctx: RoundContext) -> dict[str, float]:
+        """The method's server step on the aggregate (default: the server applies it) → metrics."""
+        self.server.step(aggregate, ctx)
+        return {}
 
-    def fedsgd_pass(self, users: torch.Tensor, pairs: torch.Tensor, data_size: torch.Tensor) -> FedSGDPass:
+    def fast_path_exact(self) -> bool:
+        """Whether ``fast_round`` gives exactly the general path's aggregate when the uploads reach a
+        linear rule untransformed (FedSGD: one local plain-SGD step)."""
+        return False
+
+    def fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None,
+                   rule: Defense) -> FastRound | None:
+        """Optional shortcut computing the aggregate directly under the linear ``rule`` (``sent``: what
+        ``exchange`` gave the clients); None when not exact."""
+        return None
+
+    def fedsgd_exact(self) -> bool:
+        """One plain-SGD local step with ``sim.fast_path=auto``: the client side of FedSGD's exactness."""
+        return (self.env.sim.fast_path == "auto" and self.env.sim.local_epochs == 1
+                and self.config.optimizer.is_plain_sgd)
+
+    def fedsgd_pass(self, users: torch.Tensor, pairs: torch.Tensor, data_size: torch.Tensor,
+                    rule: Defense) -> FedSGDPass:
         """The leaves for the round's distinct ``client * n_items + item`` pairs [Q] (sorted; client
         an index into ``users``); ``data_size`` [B] what the general path's uploads weigh."""
         n_items = self.env.n_items
         pair_owner = pairs // n_items
         rows, row_of_pair = torch.unique(pairs % n_items, return_inverse=True)  # [G], [Q]
-        weight = self.defense.linear_weights(data_size.to(self.public.item.dtype))  # [B]
-        if self.defense.normalized:
+        weight = rule.linear_weights(data_size.to(self.public.item.dtype))  # [B]
+        if rule.normalized:
             row_weight = weight.new_zeros(rows.numel()).index_add_(0, row_of_pair, weight[pair_owner])
             total_weight = weight.sum()
         else:
@@ -218,10 +266,6 @@ class FederatedMethod(Method):
         rows_per_client = torch.bincount(step.pair_owner, minlength=step.users.numel())
         return FastRound(Aggregate(step.rows, item_delta, dense), losses, rows_per_client)
 
-    # -- the round -----------------------------------------------------------------------
-    def rounds_per_epoch(self) -> int:
-        return self.sampler.rounds_per_epoch
-
     def problems(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None) -> list[LocalProblem]:
         """The round's buckets of local problems (``sent``: what ``exchange`` gave the clients)."""
         env = self.env
@@ -238,41 +282,12 @@ class FederatedMethod(Method):
             out.append(local_problem(batch, negatives, env.n_items))
         return out
 
-    def train_round(self, round_index: int) -> RoundStats:
-        users = self.sampler.users(round_index)
-        ctx = RoundContext(round_index, round_index // self.rounds_per_epoch(), int(users.numel()))
-        exchange = self.exchange(users, round_index)
-        fast = self.fast_round(users, round_index, exchange.sent)
-        if fast is not None:
-            check_finite(self.private.user[users], f"the client step ({type(self).__name__})", round_index)
-            aggregate, losses, rows = fast.aggregate, fast.losses, fast.rows_per_client
-            bytes_up = self.upload_bytes(rows)
-        else:
-            problems = self.problems(users, round_index, exchange.sent)
-            uploads, losses = self.client_phase(problems, ctx)
-            rows = torch.cat([p.item_mask.sum(1) for p in problems])
-            bytes_up = float(uploads.nbytes_per_client()[: ctx.n_clients].mean())
-            senders = torch.cat([p.batch.users for p in problems])  # [B] in upload order (by bucket)
-            aggregate = self.aggregate(uploads, senders, ctx)
-        check_finite(aggregate.item_delta, f"the aggregate (defense={type(self.defense).__name__})", round_index)
-        self.server.step(aggregate, ctx)
-        self.server_steps += 1
-        return RoundStats(float(losses.mean()), ctx.n_clients, bytes_up + exchange.bytes_up,
-                          self.download_bytes(rows) + exchange.bytes_down, exchange.metrics)
-
-    def client_phase(self, problems: list[LocalProblem], ctx: RoundContext) -> tuple[Uploads, torch.Tensor]:
-        gen = generator(self.env.sim.seed, "privacy", ctx.round, self.env.device)
-        component = f"the client step ({type(self).__name__})"
-        parts, losses = [], []
-        for problem in problems:
-            uploads, new_user, loss = self.client_step(problem)
-            check_finite(new_user, component, ctx.round)
-            self.private.user[problem.batch.users] = new_user
-            parts.append(self.privacy.apply(uploads, gen))
-            losses.append(loss)
-        uploads = self.attack.inject(Uploads.concat(parts), ctx)
-        check_uploads(uploads, self.upload_schema(), ctx.round, component)
-        return uploads, torch.cat(losses)
+    # -- accounting ------------------------------------------------------------------------
+    def traffic(self, rows: torch.Tensor, uploads: Uploads | None) -> Traffic:
+        """Bytes per client: ``rows`` [B] the item rows each client touched; ``uploads`` what the
+        benign clients sent (None on a fast path, which builds none)."""
+        up = self.upload_bytes(rows) if uploads is None else float(uploads.nbytes_per_client().mean())
+        return Traffic(up, self.download_bytes(rows))
 
     def upload_bytes(self, rows: torch.Tensor) -> float:
         """Mean bytes a client uploads without privacy transforms: its touched rows [B] (int32 id +

@@ -32,11 +32,11 @@ from dataclasses import dataclass
 import torch
 
 from fedrun.errors import check, check_choice
-from fedrun.method.base import RoundStats
+from fedrun.method.federated import Needs, Traffic
 from fedrun.method.fedrec import FedRec, FedRecConfig
-from fedrun.privacy.paillier import PaillierKeys, ciphertext_bytes, server_sum
-from fedrun.sim.rows import sum_by_key
-from fedrun.types import Aggregate, RoundContext, Uploads
+from fedrun.privacy.paillier import PaillierKeys, PaillierSum, ciphertext_bytes
+from fedrun.sim.rows import LOCAL, RowReducer
+from fedrun.types import Uploads
 
 
 @dataclass
@@ -59,16 +59,26 @@ class FedMFConfig(FedRecConfig):
 class FedMF(FedRec):
     Config = FedMFConfig
 
-    def __init__(self, config: FedMFConfig, env, **components):
-        super().__init__(config, env, **components)
-        self.require_exact_sum("fedmf: its server adds ciphertexts (a sum) and its protection is the encryption",
-                               attack=False)
+    def __init__(self, config: FedMFConfig, env):
+        super().__init__(config, env)
         self.keys = PaillierKeys(config.key_length)  # held by the clients
         self.encryption_seconds = self.keys.seconds_per_encryption()
+
+    @classmethod
+    def needs(cls, config: FedMFConfig) -> Needs:
+        return Needs(exact_sum="its server adds ciphertexts (a sum)",
+                     plain_uploads="its protection is the encryption; the server's sum must be of what clients sent")
 
     def describe(self) -> dict:
         return {"paillier_ms_per_value": round(1000 * self.encryption_seconds, 4),
                 "ciphertext_bytes": ciphertext_bytes(self.config.key_length)}
+
+    def reducer(self) -> RowReducer:
+        """``encryption=paillier``: the round's sum is computed on ciphertexts (clients encrypt, the
+        server adds, clients decrypt); ``plaintext``: the same sums in the clear."""
+        if self.config.encryption == "plaintext":
+            return LOCAL
+        return PaillierSum(self.keys, self.env.n_items if self.config.mode == "full" else None)
 
     def values_per_client(self, uploads: Uploads) -> torch.Tensor:
         """[B] values each client encrypts and uploads: its rows × d (part) or the catalogue × d (full)."""
@@ -77,36 +87,13 @@ class FedMF(FedRec):
             return torch.full((uploads.n_clients,), float(self.env.n_items * d), dtype=torch.float64)
         return torch.bincount(uploads.row_client, minlength=uploads.n_clients).double() * d
 
-    def full_rows(self, uploads: Uploads) -> Uploads:
-        """FullText: every client's rows for the whole catalogue, its rated rows in place, zeros elsewhere."""
-        n_items, d = self.env.n_items, uploads.row_delta.shape[1]
-        dense = torch.zeros(uploads.n_clients, n_items, d, dtype=uploads.row_delta.dtype)
-        dense[uploads.row_client, uploads.row_item] = uploads.row_delta
-        client = torch.arange(uploads.n_clients).repeat_interleave(n_items)
-        return Uploads(uploads.n_clients, client, torch.arange(n_items).repeat(uploads.n_clients),
-                       dense.reshape(-1, d))
+    def communication(self, uploads: Uploads) -> dict[str, float]:
+        return {}  # FedMF's traffic is the ciphertexts: ``traffic``
 
-    def aggregate(self, uploads: Uploads, users: torch.Tensor, ctx: RoundContext) -> Aggregate:
-        self.audit_uploads(uploads, users)
+    def traffic(self, rows: torch.Tensor, uploads: Uploads | None) -> Traffic:
+        """The round's traffic is the ciphertexts (and ids in PartText), not the float32 rows."""
         values = self.values_per_client(uploads)
         cipher = ciphertext_bytes(self.config.key_length)
         ids = 0.0 if self.config.mode == "full" else 4.0 * values.mean() / uploads.row_delta.shape[1]
-        self.round_metrics.update(
-            comm_bytes_up_encrypted=float(values.mean()) * cipher + float(ids),
-            comm_bytes_down_encrypted=float(self.public.item.numel() * cipher),
-            encryption_seconds_per_client=float(values.mean()) * self.encryption_seconds)
-        if self.config.encryption == "plaintext":
-            ones = torch.ones_like(uploads.row_item, dtype=uploads.row_delta.dtype)
-            items, total, _ = sum_by_key(uploads.row_item, uploads.row_delta, ones)
-            return Aggregate(items, total)
-        rows = self.full_rows(uploads) if self.config.mode == "full" else uploads
-        encrypted = self.keys.encrypt(rows)  # on the clients
-        sums = server_sum(encrypted)  # on the server: ciphertexts only
-        return self.keys.decrypt(sums, uploads.row_delta.dtype)  # on the clients
-
-    def train_round(self, round_index: int) -> RoundStats:
-        """The round's traffic is the ciphertexts (and ids in PartText), not the float32 rows."""
-        stats = super().train_round(round_index)
-        stats.bytes_up = stats.extra.pop("comm_bytes_up_encrypted")
-        stats.bytes_down = stats.extra.pop("comm_bytes_down_encrypted")
-        return stats
+        return Traffic(float(values.mean()) * cipher + float(ids), float(self.public.item.numel() * cipher),
+                       {"encryption_seconds_per_client": float(values.mean()) * self.encryption_seconds})

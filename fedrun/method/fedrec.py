@@ -26,18 +26,17 @@ from dataclasses import dataclass
 import torch
 
 from fedrun.backbone.base import PublicParams
+from fedrun.core.seeding import derive_seed
 from fedrun.data.negatives import sample_unrated
 from fedrun.errors import check, check_fraction, check_positive
-from fedrun.method.base import RoundStats
-from fedrun.method.federated import FederatedMethod
+from fedrun.method.federated import ClientResult, FederatedMethod
 from fedrun.method.rating_scale import require_rating_model
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.privacy.audit import MembershipAudit
 from fedrun.sim.batching import LocalProblem, bucketize, local_problem
 from fedrun.sim.local import slot_rows
-from fedrun.sim.seeding import derive_seed
 from fedrun.sim.server_opt import ServerOptimizerConfig
-from fedrun.types import Aggregate, ClientBatch, RoundContext, Uploads
+from fedrun.types import ClientBatch, RoundContext, Uploads
 
 
 @dataclass
@@ -68,13 +67,12 @@ class RatingProblem(LocalProblem):
 class FedRec(FederatedMethod):
     Config = FedRecConfig
 
-    def __init__(self, config: FedRecConfig, env, **components):
+    def __init__(self, config: FedRecConfig, env):
         require_rating_model(env, type(self).__name__.lower())
-        super().__init__(config, env, **components)
+        super().__init__(config, env)
         self.audit = None
         if config.audit:
             self.audit = MembershipAudit(env.train.sorted_keys(), env.train.sizes(), env.n_items)
-        self.round_metrics: dict[str, float] = {}
 
     def make_server(self, public: PublicParams) -> Server:
         return OptimizerServer(public, ServerOptimizerConfig("sgd", 1.0))  # deltas already carry −γ_t
@@ -105,9 +103,9 @@ class FedRec(FederatedMethod):
             out.append(RatingProblem(**vars(base), round=round_index))
         return out
 
-    def client_step(self, problem: RatingProblem) -> tuple[Uploads, torch.Tensor, torch.Tensor]:
+    def client_step(self, problem: RatingProblem) -> ClientResult:
         uploads, new_user, loss, _ = self.rating_step(problem)
-        return uploads, new_user, loss
+        return ClientResult(uploads, new_user, loss)
 
     def rating_step(self, problem: RatingProblem) -> tuple[Uploads, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Alg. 2 lines 1–10 for a bucket → (uploads of I_u ∪ I'_u, new U_u [B, d], mean squared
@@ -163,26 +161,21 @@ class FedRec(FederatedMethod):
         return torch.einsum("bd,bkd->bk", local, sampled)
 
     # -- server side -----------------------------------------------------------------------
-    def aggregate(self, uploads: Uploads, users: torch.Tensor, ctx: RoundContext) -> Aggregate:
-        self.audit_uploads(uploads, users)
-        vectors = float(torch.bincount(uploads.row_client, minlength=uploads.n_clients).double().mean())
-        row_bytes = uploads.row_delta.shape[1] * uploads.row_delta.element_size() + 4  # vector + int32 item id
-        self.round_metrics.update(comm_vectors_ordinary=vectors, comm_vectors_client=vectors,
-                                  comm_bytes_ordinary=vectors * row_bytes, comm_bytes_client=vectors * row_bytes)
-        return self.defense.aggregate(uploads)  # Eq. 2 with defense=mean
-
-    def audit_uploads(self, uploads: Uploads, users: torch.Tensor) -> None:
-        """With ``audit=true``: what the server can guess from the item ids of the ordinary
-        clients' uploads (``users`` [B] in upload order)."""
+    def observe_uploads(self, uploads: Uploads, senders: torch.Tensor, ctx: RoundContext) -> dict[str, float]:
+        """With ``audit=true``: what the server can guess from the item ids of the ordinary clients'
+        uploads (``senders`` [B] in upload order); and the traffic in latent vectors (the paper's unit)."""
+        metrics = self.communication(uploads)
         if self.audit is not None:
-            self.round_metrics.update(self.audit.observe(users, uploads, audited=self.ordinary(users)))
+            metrics.update(self.audit.observe(senders, uploads, audited=self.ordinary(senders)))
+        return metrics
+
+    def communication(self, uploads: Uploads) -> dict[str, float]:
+        """Per iteration, in latent vectors and bytes (a row is a vector plus an int32 item id)."""
+        vectors = float(torch.bincount(uploads.row_client, minlength=uploads.n_clients).double().mean())
+        row_bytes = uploads.row_delta.shape[1] * uploads.row_delta.element_size() + 4
+        return dict(comm_vectors_ordinary=vectors, comm_vectors_client=vectors,
+                    comm_bytes_ordinary=vectors * row_bytes, comm_bytes_client=vectors * row_bytes)
 
     def ordinary(self, users: torch.Tensor) -> torch.Tensor | None:
         """[B] which of the clients upload hybrid-filled rows (None: all of them)."""
         return None
-
-    def train_round(self, round_index: int) -> RoundStats:
-        self.round_metrics = {}
-        stats = super().train_round(round_index)
-        stats.extra.update(self.round_metrics)
-        return stats

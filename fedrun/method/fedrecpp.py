@@ -35,14 +35,14 @@ from dataclasses import dataclass
 
 import torch
 
-from fedrun.defense.mean import Mean
+from fedrun.core import hashrng
+from fedrun.core.seeding import derive_seed, generator
 from fedrun.errors import ConfigError, check
+from fedrun.method.federated import ClientResult, Needs
 from fedrun.method.fedrec import FedRec, FedRecConfig, RatingProblem
-from fedrun.sim import hashrng
 from fedrun.sim.channel import AnonymousChannel
 from fedrun.sim.guards import check_finite
 from fedrun.sim.rows import sum_by_key
-from fedrun.sim.seeding import derive_seed, generator
 from fedrun.types import Aggregate, ClientBatch, DenoiserUploads, RelayedRows, RoundContext, Uploads
 
 
@@ -64,37 +64,40 @@ def denoiser_count(spec: str | int, n_clients: int) -> int:
     return eta
 
 
-def denoised_mean(uploads: Uploads, relayed: DenoiserUploads) -> Aggregate:
-    """Server side, Eq. 4–6: Σ of the ordinary uploads minus the denoisers' Σ, divided per item by
-    |U_i| = (rows uploaded for i) − Σ_ũ count; items with |U_i| = 0 get no update."""
-    item = torch.cat([uploads.row_item, relayed.item])
-    delta = torch.cat([uploads.row_delta, -relayed.delta])
-    count = torch.cat([torch.ones_like(uploads.row_item, dtype=delta.dtype), -relayed.count.to(delta.dtype)])
-    items, total, raters = sum_by_key(item, delta, count)  # [G], [G, di], |U_i| [G]
+@dataclass(frozen=True)
+class RelayPart:
+    """What one bucket hands the relay phase, on the client side: the denoisers' own rows (held until
+    they have collected), the noise rows the ordinary clients post to the channel, and the rows each
+    ordinary client sends (to the server and the channel), for the communication count."""
+
+    held: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # denoiser index [H], item [H], row [H, di]
+    posted: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # receiving denoiser [N], item [N], row [N, di]
+    sent_rows: torch.Tensor  # [B_ordinary]
+
+
+def denoised_mean(aggregate: Aggregate) -> Aggregate:
+    """Server side, Eq. 4–6, on the exact sum of the ordinary rows and the denoisers' negated sums:
+    divide per item by |U_i| = (rows uploaded for i) − Σ_ũ count; items with |U_i| = 0 get no update."""
+    raters = aggregate.count  # |U_i| [G]
     kept = raters > 0.5  # |U_i| is a whole number; 0 where only noise touched i
-    return Aggregate(items[kept], total[kept] / raters[kept].unsqueeze(1))
+    return Aggregate(aggregate.items[kept], aggregate.item_delta[kept] / raters[kept].unsqueeze(1))
 
 
 class FedRecPP(FedRec):
     Config = FedRecPPConfig
 
-    def __init__(self, config: FedRecPPConfig, env, **components):
-        super().__init__(config, env, **components)
-        if self.privacy.transforms_uploads:
-            raise ConfigError("privacy", type(self.privacy).__name__,
-                              "privacy=none for method=fedrecpp: the denoising arithmetic is exact only on "
-                              "unperturbed gradients")
-        if not (isinstance(self.defense, Mean) and self.defense.config.weighting == "uniform"):
-            raise ConfigError("defense", type(self.defense).__name__,
-                              "defense=mean (weighting uniform) for method=fedrecpp: Eq. 6 divides by |U_i|")
+    def __init__(self, config: FedRecPPConfig, env):
+        super().__init__(config, env)
         clients = env.clients_with_data()
         self.n_denoisers = denoiser_count(config.denoisers, clients.numel())
         order = torch.randperm(clients.numel(), generator=generator(env.sim.seed, "denoisers")).to(clients.device)
         self.role = torch.full((env.n_users,), -1, dtype=torch.int64, device=env.device)  # denoiser index or −1
         self.role[clients[order[: self.n_denoisers]]] = torch.arange(self.n_denoisers, device=env.device)
-        self.channel = AnonymousChannel()
-        self.held: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # denoisers' own rows
-        self.sent_rows: list[torch.Tensor] = []  # [B] per bucket: each ordinary client's rows (server + channel)
+
+    @classmethod
+    def needs(cls, config: FedRecPPConfig) -> Needs:
+        return Needs(exact_sum="its server subtracts the denoisers' sums and divides by |U_i| (Eq. 5-6)",
+                     plain_uploads="the denoising arithmetic is exact only on unperturbed gradients")
 
     def describe(self) -> dict:
         return {**super().describe(), "n_denoisers": self.n_denoisers}
@@ -104,36 +107,56 @@ class FedRecPP(FedRec):
         counts = super().unrated_counts(batch)
         return torch.where(self.role[batch.users] >= 0, torch.zeros_like(counts), counts)  # denoisers sample none
 
-    def client_step(self, problem: RatingProblem) -> tuple[Uploads, torch.Tensor, torch.Tensor]:
+    def client_step(self, problem: RatingProblem) -> ClientResult:
         uploads, new_user, loss, sampled = self.rating_step(problem)
         if self.n_denoisers == 0:
-            return uploads, new_user, loss
+            return ClientResult(uploads, new_user, loss)
         users = problem.batch.users
         role = self.role[users][uploads.row_client]  # [R]
         own = role >= 0  # rows of denoisers: held until they have collected the noise
-        self.held.append((role[own], uploads.row_item[own], uploads.row_delta[own]))
         noise = sampled & ~own
         route = hashrng.randint(derive_seed(self.env.sim.seed, "denoiser-route", problem.round), [users],
                                 self.n_denoisers)  # [B] each client's denoiser this iteration
-        self.channel.send(route[uploads.row_client[noise]], uploads.row_item[noise], uploads.row_delta[noise])
         ordinary = ~own
         rows = torch.bincount(uploads.row_client[ordinary], minlength=uploads.n_clients)
         relayed = torch.bincount(uploads.row_client[noise], minlength=uploads.n_clients)
-        self.sent_rows.append((rows + relayed)[self.role[users] < 0])
-        return (Uploads(uploads.n_clients, uploads.row_client[ordinary], uploads.row_item[ordinary],
-                        uploads.row_delta[ordinary], {}, uploads.weight), new_user, loss)
+        relay = RelayPart((role[own], uploads.row_item[own], uploads.row_delta[own]),
+                          (route[uploads.row_client[noise]], uploads.row_item[noise], uploads.row_delta[noise]),
+                          (rows + relayed)[self.role[users] < 0])
+        to_server = Uploads(uploads.n_clients, uploads.row_client[ordinary], uploads.row_item[ordinary],
+                            uploads.row_delta[ordinary], {}, uploads.weight)
+        return ClientResult(to_server, new_user, loss, relay=relay)
 
-    def collect(self, rows: RelayedRows) -> DenoiserUploads:
+    def client_protocol(self, uploads: Uploads, results: list[ClientResult],
+                        ctx: RoundContext) -> tuple[Uploads, dict[str, float]]:
+        """The relay (Alg. 2 lines 11–19), on the client side: the ordinary clients' noise goes through
+        the anonymous channel to the denoisers, which collect it and upload Eq. 9's sums — appended to
+        the round's uploads as η further clients, negated, with their counts negated."""
+        if self.n_denoisers == 0:
+            return uploads, {}
+        channel = AnonymousChannel()
+        for result in results:
+            channel.send(*result.relay.posted)
+        width = self.public.item.shape[1]
+        rows = channel.deliver(generator(self.env.sim.seed, "channel", ctx.round), width, self.env.device)
+        relayed = self.collect(rows, [r.relay.held for r in results])
+        check_finite(relayed.delta, "the denoising clients (FedRecPP)", ctx.round)
+        metrics = self.relay_communication(rows, relayed, torch.cat([r.relay.sent_rows for r in results]))
+        denoisers = Uploads(self.n_denoisers, relayed.denoiser, relayed.item, -relayed.delta, {},
+                            torch.ones(self.n_denoisers, dtype=relayed.delta.dtype, device=relayed.delta.device),
+                            -relayed.count.to(relayed.delta.dtype))
+        return Uploads.concat([uploads, denoisers]), metrics
+
+    def collect(self, rows: RelayedRows, held: list[tuple[torch.Tensor, ...]]) -> DenoiserUploads:
         """The denoisers' COLLECTING step (Alg. 2 lines 16–19), vectorized over denoisers: from the
         rows the channel delivered, per (denoiser, item) Σ received noise − own row (Eq. 9) and
-        |U'_i^ũ| − own rating."""
-        held = [torch.cat(parts) for parts in zip(*self.held)] if self.held else [rows.denoiser[:0], rows.item[:0],
-                                                                                 rows.delta[:0]]
-        self.held = []
+        |U'_i^ũ| − own rating; ``held``: the denoisers' own rows, per bucket."""
+        own = [torch.cat(parts) for parts in zip(*held)] if held else [rows.denoiser[:0], rows.item[:0],
+                                                                       rows.delta[:0]]
         n_items = self.env.n_items
-        key = torch.cat([rows.denoiser * n_items + rows.item, held[0] * n_items + held[1]])
-        delta = torch.cat([rows.delta, -held[2]])
-        count = torch.cat([torch.ones_like(rows.item), -torch.ones_like(held[1])]).to(delta.dtype)
+        key = torch.cat([rows.denoiser * n_items + rows.item, own[0] * n_items + own[1]])
+        delta = torch.cat([rows.delta, -own[2]])
+        count = torch.cat([torch.ones_like(rows.item), -torch.ones_like(own[1])]).to(delta.dtype)
         keys, summed, counts = sum_by_key(key, delta, count)
         return DenoiserUploads(keys // n_items, keys % n_items, summed, counts)
 
@@ -141,29 +164,25 @@ class FedRecPP(FedRec):
         return self.role[users] < 0  # denoisers upload only Eq. 9 sums, after collecting
 
     # -- server side -----------------------------------------------------------------------
-    def aggregate(self, uploads: Uploads, users: torch.Tensor, ctx: RoundContext) -> Aggregate:
-        if self.n_denoisers == 0:
-            return super().aggregate(uploads, users, ctx)
-        self.audit_uploads(uploads, users)
-        width = self.public.item.shape[1]
-        rows = self.channel.deliver(generator(self.env.sim.seed, "channel", ctx.round), width, self.env.device)
-        relayed = self.collect(rows)  # client side (denoisers) → their uploads
-        check_finite(relayed.delta, "the denoising clients (FedRecPP)", ctx.round)
-        self.log_communication(rows, relayed)
-        return denoised_mean(uploads, relayed)
+    def communication(self, uploads: Uploads) -> dict[str, float]:
+        return super().communication(uploads) if self.n_denoisers == 0 else {}  # else: the relay counts it
 
-    def log_communication(self, rows: RelayedRows, relayed: DenoiserUploads) -> None:
+    def server_step(self, aggregate: Aggregate, ctx: RoundContext) -> dict[str, float]:
+        return super().server_step(denoised_mean(aggregate), ctx)
+
+    def relay_communication(self, rows: RelayedRows, relayed: DenoiserUploads,
+                            ordinary: torch.Tensor) -> dict[str, float]:
         """Per iteration, in latent vectors (the paper's unit) and bytes: a row is a vector plus an
-        int32 item id; a denoiser's uploaded row also carries its float32 count."""
-        ordinary = torch.cat(self.sent_rows).double()  # [B_ordinary] rows to the server + to the channel
-        self.sent_rows = []
+        int32 item id; a denoiser's uploaded row also carries its float32 count. ``ordinary`` [B_ord]:
+        the rows each ordinary client sent to the server and to the channel."""
+        ordinary = ordinary.double()
         received = torch.bincount(rows.denoiser, minlength=self.n_denoisers).double()  # [η]
         uploaded = torch.bincount(relayed.denoiser, minlength=self.n_denoisers).double()  # [η]
         row_bytes = self.public.item.shape[1] * self.public.item.element_size() + 4
         denoiser = received + uploaded
         denoiser_bytes = denoiser * row_bytes + uploaded * 4
         clients = ordinary.numel() + self.n_denoisers
-        self.round_metrics.update(
+        return dict(
             comm_vectors_ordinary=float(ordinary.mean()) if ordinary.numel() else 0.0,
             comm_vectors_denoiser=float(denoiser.mean()),
             comm_vectors_client=float(ordinary.sum() + denoiser.sum()) / clients,

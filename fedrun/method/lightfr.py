@@ -61,15 +61,13 @@ import torch
 
 from fedrun.backbone.base import PublicParams
 from fedrun.backbone.binary_mf import BinaryMF
+from fedrun.core.seeding import generator
 from fedrun.errors import ConfigError, check, check_choice, check_fraction, check_positive
-from fedrun.method.base import RoundStats
-from fedrun.method.federated import FederatedMethod
+from fedrun.method.federated import ClientResult, FederatedMethod, Needs, Traffic
 from fedrun.method.rating_scale import RatingScale
 from fedrun.method.server import Server
 from fedrun.sim.batching import LocalProblem
 from fedrun.sim.rows import sum_by_key
-from fedrun.sim.sampling import ClientSampler
-from fedrun.sim.seeding import generator
 from fedrun.types import Aggregate, RoundContext, Uploads
 
 
@@ -193,24 +191,27 @@ class LightFRServer(Server):
 class LightFR(FederatedMethod):
     Config = LightFRConfig
 
-    def __init__(self, config: LightFRConfig, env, **components):
+    def __init__(self, config: LightFRConfig, env):
         if not isinstance(env.backbone, BinaryMF):
             raise ConfigError("backbone", type(env.backbone).__name__, "backbone=binary-mf for method=lightfr")
         self.scale = RatingScale.of_training(env, "lightfr (Eq. 5 fits ratings)")
         self.weights = DCDWeights.of(config.rule, config.balance, env.backbone.config.dim, config.aggregation,
                                      config.item_stay)
-        super().__init__(config, env, **components)
-        self.require_exact_sum("lightfr: its uploads are signs and its server rule is Eq. 16/17 (a sum and a "
-                               "sign)", attack=False)
-        self.round_metrics: dict[str, float] = {}
+        super().__init__(config, env)
         clients = env.clients_with_data()
         rated = torch.nonzero(torch.bincount(env.train.items, minlength=env.n_items) > 0).squeeze(1)
         self.cold = held_out(clients, env.n_users, config.cold_users, env.sim.seed, "cold_users", "clients")
         self.cold_item = held_out(rated, env.n_items, config.cold_items, env.sim.seed, "cold_items", "rated items")
-        if bool(self.cold.any()):  # rounds sample the other clients only
-            warm = clients[~self.cold[clients]]
-            self.sampler = ClientSampler(warm, env.sim.round_size(warm.numel()), env.sim.seed,
-                                         env.sim.sampling == "independent")
+
+    @classmethod
+    def needs(cls, config: LightFRConfig) -> Needs:
+        return Needs(exact_sum="its uploads are signs and its server rule is Eq. 16/17 (a sum and a sign)",
+                     plain_uploads="its uploads are signs and its server rule is Eq. 16/17 (a sum and a sign)")
+
+    def round_clients(self) -> torch.Tensor:
+        """The clients with data that are not cold-start clients (those never train)."""
+        clients = self.env.clients_with_data()
+        return clients[~self.cold[clients]]
 
     def make_server(self, public: PublicParams) -> Server:
         return LightFRServer(public, self.weights, self.config.aggregation)
@@ -226,7 +227,7 @@ class LightFR(FederatedMethod):
         """Ratings → code-unit targets R = f(2r − 1), r min-max scaled to [0, 1]."""
         return self.env.backbone.config.dim * (2.0 * self.scale(ratings) - 1.0)
 
-    def client_step(self, problem: LocalProblem) -> tuple[Uploads, torch.Tensor, torch.Tensor]:
+    def client_step(self, problem: LocalProblem) -> ClientResult:
         batch, w, config = problem.batch, self.weights, self.config
         mask = batch.pos_mask & ~self.cold_item[batch.pos]  # [B, P] (cold-start items arrive after training)
         target = self.targets(batch.ratings) * mask  # [B, P]
@@ -248,9 +249,11 @@ class LightFR(FederatedMethod):
             rows = items[client, column]  # [Rw, f] the updated copies D^u
         else:  # Eq. 12: Δd^u_ik = (R − s) b_uk + α_d d_ik
             rows = residual[client, column].unsqueeze(1) * user[client] + w.item_self * items[client, column]
-        self.round_metrics["dcd_sweeps_user"] = max(self.round_metrics.get("dcd_sweeps_user", 0), max(sweeps))
         uploads = Uploads(batch.size, client, batch.pos[client, column], rows, {}, problem.weight)
-        return uploads, user, loss
+        return ClientResult(uploads, user, loss, {"dcd_sweeps_user": torch.tensor([float(max(sweeps))])})
+
+    def client_metrics(self, stats: dict[str, list[torch.Tensor]]) -> dict[str, float]:
+        return {"dcd_sweeps_user": float(torch.cat(stats["dcd_sweeps_user"]).max())}
 
     def local_item_codes(self, user: torch.Tensor, items: torch.Tensor, target: torch.Tensor,
                          mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -309,13 +312,15 @@ class LightFR(FederatedMethod):
             self.private.user[users] = self.cold_start_codes(users)
 
     # -- server side -----------------------------------------------------------------------
-    def aggregate(self, uploads: Uploads, users: torch.Tensor, ctx: RoundContext) -> Aggregate:
-        """Σ over each row's uploaders (Eq. 16's Σ_u ΔD^u, Eq. 17's Σ_u D^u); the sign is the server's step."""
-        items, total, _ = sum_by_key(uploads.row_item, uploads.row_delta,
-                                     torch.ones_like(uploads.row_item, dtype=uploads.row_delta.dtype))
-        rows = torch.bincount(uploads.row_client, minlength=uploads.n_clients).double()
-        self.round_metrics["comm_bytes_up"] = float(rows.mean()) * self.upload_row_bytes()
-        return Aggregate(items, total)
+    def server_step(self, aggregate: Aggregate, ctx: RoundContext) -> dict[str, float]:
+        """The aggregate is Σ over each row's uploaders (Eq. 16's Σ_u ΔD^u, Eq. 17's Σ_u D^u); the
+        server takes the sign."""
+        self.server.step(aggregate, ctx)
+        return {"item_bits_flipped": self.server.flipped}
+
+    def traffic(self, rows: torch.Tensor, uploads: Uploads | None) -> Traffic:
+        sent = torch.bincount(uploads.row_client, minlength=uploads.n_clients).double()
+        return Traffic(float(sent.mean()) * self.upload_row_bytes(), self.download_bytes(rows))
 
     def upload_row_bytes(self) -> int:
         """One uploaded row as sent: int32 item id + packed signs (+ a float32 residual for grad, whose
@@ -326,10 +331,3 @@ class LightFR(FederatedMethod):
     def download_bytes(self, rows: torch.Tensor) -> float:
         """A client downloads the whole packed item matrix D (it ranks the catalogue on device)."""
         return float(self.env.n_items * self.env.backbone.code_bytes())
-
-    def train_round(self, round_index: int) -> RoundStats:
-        self.round_metrics = {}
-        stats = super().train_round(round_index)
-        stats.bytes_up = self.round_metrics.pop("comm_bytes_up", stats.bytes_up)
-        stats.extra.update(self.round_metrics, item_bits_flipped=self.server.flipped)
-        return stats

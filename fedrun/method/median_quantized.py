@@ -45,11 +45,11 @@ def quantize(factors: torch.Tensor, cut: str = "median") -> torch.Tensor:
 class MedianQuantized(Central):
     Config = MedianQuantizedConfig
 
-    def __init__(self, config: CentralConfig, env, **components):
+    def __init__(self, config: CentralConfig, env):
         if not isinstance(env.backbone, MF):
             raise ConfigError("backbone", type(env.backbone).__name__,
                               "an inner-product MF backbone (pmf or mf) for method=median_quantized")
-        super().__init__(config, env, **components)
+        super().__init__(config, env)
 
     def codes(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The binary user and item codes of the current factors."""

@@ -37,14 +37,15 @@ import torch
 import torch.nn.functional as F
 
 from fedrun.backbone.base import PublicParams
+from fedrun.core.seeding import generator
 from fedrun.data.client_store import ClientStore
+from fedrun.defense.base import Defense
 from fedrun.errors import check
-from fedrun.method.federated import FederatedMethod
+from fedrun.method.federated import ClientResult, FederatedMethod, Needs
 from fedrun.method.rating_scale import require_rating_model
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.sim.batching import LocalProblem
 from fedrun.sim.guards import UploadSchema
-from fedrun.sim.seeding import generator
 from fedrun.sim.server_opt import ServerOptimizerConfig
 from fedrun.types import Aggregate, RoundContext, Uploads
 
@@ -151,12 +152,16 @@ def predict(received: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tens
 class MetaMF(FederatedMethod):
     Config = MetaMFConfig
 
-    def __init__(self, config: MetaMFConfig, env, **components):
+    def __init__(self, config: MetaMFConfig, env):
         require_rating_model(env, "metamf")
         check(env.backbone.config.dim % 4 == 0, "backbone.dim", env.backbone.config.dim,
               "a multiple of 4 for method=metamf (its RP model has f/4 hidden units)")
-        super().__init__(config, env, **components)
-        self.require_exact_sum("metamf: its server back-propagates each client's gradient as sent")
+        super().__init__(config, env)
+
+    @classmethod
+    def needs(cls, config: MetaMFConfig) -> Needs:
+        why = "its server back-propagates each client's gradient as sent"
+        return Needs(exact_sum=why, plain_uploads=why, no_attack=why)
 
     def make_server(self, public: PublicParams) -> Server:
         env, config = self.env, self.config
@@ -186,7 +191,7 @@ class MetaMF(FederatedMethod):
         out["left"] = rows.clone().requires_grad_(True)  # [B, P, s]
         return out
 
-    def client_step(self, problem: LocalProblem) -> tuple[Uploads, torch.Tensor, torch.Tensor]:
+    def client_step(self, problem: LocalProblem) -> ClientResult:
         batch = problem.batch
         received = self.received(batch.users, batch.pos, batch.pos_mask)
         mask = batch.pos_mask.to(received["left"].dtype)
@@ -196,12 +201,15 @@ class MetaMF(FederatedMethod):
         client, column = batch.pos_mask.nonzero(as_tuple=True)
         uploads = Uploads(batch.size, client, batch.pos[client, column], grads[-1][client, column],
                           dict(zip(RECEIVED, grads[:-1])), problem.weight)
-        return uploads, self.private.user[batch.users], loss.detach()
+        return ClientResult(uploads, self.private.user[batch.users], loss.detach())
 
     # -- server: back-propagate each client's upload through its generator ---------------------
-    def aggregate(self, uploads: Uploads, users: torch.Tensor, ctx: RoundContext) -> Aggregate:
+    def aggregate_uploads(self, uploads: Uploads, users: torch.Tensor, defense: Defense,
+                          ctx: RoundContext) -> Aggregate:
         """Σ_u J_u(θ)ᵀ g_u over the round's clients (g_u their uploaded gradients), divided by B, as
-        descent directions for the server optimizer."""
+        descent directions for the server optimizer. Each client's rows live in its own generated
+        model, so no per-row rule applies; the sum is exact (``Needs.exact_sum``: a linear rule with
+        unit weights is all the defense may be)."""
         net = self.public.net
         dim, s = self.env.backbone.config.dim, self.config.item_factors
         params = {name: tensor.detach().requires_grad_(True) for name, tensor in net.items()}

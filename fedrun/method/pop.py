@@ -23,7 +23,7 @@ class PopConfig:
 class Pop(Method):
     Config = PopConfig
 
-    def __init__(self, config: PopConfig, env: RunEnv, **components):
+    def __init__(self, config: PopConfig, env: RunEnv):
         super().__init__(config, env)
         self.counts = torch.bincount(env.train.items, minlength=env.n_items).to(torch.float32)  # [I]
         ratings = env.train.ratings

@@ -34,15 +34,14 @@ from typing import Sequence
 import torch
 
 from fedrun.backbone.base import PublicParams
+from fedrun.core.seeding import generator
 from fedrun.data.client_store import ClientStore
 from fedrun.errors import check, check_positive
-from fedrun.method.base import RoundStats
-from fedrun.method.federated import FederatedMethod
+from fedrun.method.federated import ClientResult, FederatedMethod, Needs
 from fedrun.method.rating_scale import RatingScale, require_rating_model
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.sim.batching import LocalProblem, bucketize, local_problem
 from fedrun.sim.local import ClientOptimizer, train_local
-from fedrun.sim.seeding import generator
 from fedrun.sim.server_opt import ServerOptimizerConfig
 from fedrun.types import Aggregate, RoundContext, Uploads
 
@@ -81,13 +80,15 @@ def clip_clients(uploads: Uploads, bound: float) -> tuple[Uploads, torch.Tensor]
 class PrivRec(FederatedMethod):
     Config = PrivRecConfig
 
-    def __init__(self, config: PrivRecConfig, env, **components):
+    def __init__(self, config: PrivRecConfig, env):
         require_rating_model(env, "privrec")
         self.scale = RatingScale.of_training(env, "privrec")
-        super().__init__(config, env, **components)
-        self.require_exact_sum("privrec: its server adds the DP noise to the plain sum and its user-level DP "
-                               "(clip, noise) is built in", attack=False)
-        self.update_norms: list[torch.Tensor] = []  # the round's clients' update norms before clipping
+        super().__init__(config, env)
+
+    @classmethod
+    def needs(cls, config: PrivRecConfig) -> Needs:
+        why = "its server adds the DP noise to the plain sum and its user-level DP (clip, noise) is built in"
+        return Needs(exact_sum=why, plain_uploads=why)
 
     def make_server(self, public: PublicParams) -> Server:
         dim = public.item.shape[1]
@@ -107,7 +108,7 @@ class PrivRec(FederatedMethod):
         return train_local(self.env.backbone, problem, start, self.public.item[problem.items], {},
                            self.config.optimizer, self.config.local_steps)
 
-    def client_step(self, problem: LocalProblem) -> tuple[Uploads, torch.Tensor, torch.Tensor]:
+    def client_step(self, problem: LocalProblem) -> ClientResult:
         result = self.adapt(problem)
         users = problem.batch.users
         client, slot = problem.item_mask.nonzero(as_tuple=True)  # [R]
@@ -115,30 +116,31 @@ class PrivRec(FederatedMethod):
         uploads = Uploads(users.numel(), client, problem.items[client, slot], result.item_delta[client, slot],
                           {USER_INIT: user_delta}, problem.weight)
         clipped, norm = clip_clients(uploads, self.config.clip)
-        self.update_norms.append(norm)
-        return clipped, result.user, result.loss
+        return ClientResult(clipped, result.user, result.loss, {"update_norm": norm})
+
+    def client_metrics(self, stats: dict[str, list[torch.Tensor]]) -> dict[str, float]:
+        norms = torch.cat(stats["update_norm"])  # [B] the round's clients' update norms before clipping
+        return {"update_norm_mean": float(norms.mean()),
+                "clipped_fraction": float((norms > self.config.clip).double().mean())}
 
     # -- server side -----------------------------------------------------------------------
-    def aggregate(self, uploads: Uploads, users: torch.Tensor, ctx: RoundContext) -> Aggregate:
-        """(Σ clipped updates + N(0, (zS)²) on every coordinate of θ) / B, over the whole of V."""
+    def server_step(self, aggregate: Aggregate, ctx: RoundContext) -> dict[str, float]:
+        return super().server_step(self.noisy_mean(aggregate, ctx), ctx)
+
+    def noisy_mean(self, aggregate: Aggregate, ctx: RoundContext) -> Aggregate:
+        """The aggregate is Σ of the clipped updates; the server adds N(0, (zS)²) to every coordinate of
+        θ and divides by the round's B clients, over the whole of V."""
         item = self.public.item
-        total = torch.zeros_like(item).index_add_(0, uploads.row_item, uploads.row_delta)  # [m, d]
-        user_total = uploads.dense[USER_INIT].sum(0)  # [d]
+        total = torch.zeros_like(item)  # [m, d]
+        total[aggregate.items] = aggregate.item_delta
+        user_total = aggregate.dense[USER_INIT].clone()  # [d]
         sigma = self.config.noise * self.config.clip
         if sigma > 0:
             gen = generator(self.env.sim.seed, "dp_noise", ctx.round, item.device)
             total += sigma * torch.randn(total.shape, generator=gen, device=item.device, dtype=item.dtype)
             user_total += sigma * torch.randn(user_total.shape, generator=gen, device=item.device, dtype=item.dtype)
-        n = uploads.n_clients
+        n = ctx.n_clients
         return Aggregate(torch.arange(item.shape[0], device=item.device), total / n, {USER_INIT: user_total / n})
-
-    def train_round(self, round_index: int) -> RoundStats:
-        self.update_norms = []
-        stats = super().train_round(round_index)
-        norms = torch.cat(self.update_norms)
-        stats.extra.update(update_norm_mean=float(norms.mean()),
-                           clipped_fraction=float((norms > self.config.clip).double().mean()))
-        return stats
 
     # -- evaluation: every client adapts θ on its own ratings, then ranks ------------------
     @torch.no_grad()

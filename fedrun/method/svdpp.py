@@ -19,21 +19,21 @@ from typing import Sequence
 import torch
 
 from fedrun.backbone.mf import MF
+from fedrun.core.seeding import generator
 from fedrun.data.client_store import ClientStore
 from fedrun.errors import ConfigError
 from fedrun.method.central import Central, CentralConfig
 from fedrun.method.rating_scale import require_rating_model
-from fedrun.sim.seeding import generator
 
 
 class SVDpp(Central):
     Config = CentralConfig
 
-    def __init__(self, config: CentralConfig, env, **components):
+    def __init__(self, config: CentralConfig, env):
         require_rating_model(env, "svdpp")
         if not isinstance(env.backbone, MF):
             raise ConfigError("backbone", type(env.backbone).__name__, "backbone=pmf for method=svdpp")
-        super().__init__(config, env, **components)
+        super().__init__(config, env)
         dim, std = env.backbone.config.dim, env.backbone.config.init_std
         self.implicit = (torch.randn(env.n_items, dim, generator=generator(env.sim.seed, "svdpp-implicit")) * std
                          ).to(env.device).requires_grad_(True)  # y_j

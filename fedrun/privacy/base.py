@@ -31,6 +31,11 @@ class Privacy:
         """Which uploads this mechanism protects (a subset of ``TARGETS``)."""
         return ()
 
+    @property
+    def active(self) -> bool:
+        """Whether this is a mechanism at all (what a method without clients refuses)."""
+        return self.transforms_uploads or bool(self.targets)
+
     def apply(self, uploads: Uploads, generator: torch.Generator) -> Uploads:
         """Model updates of one bucket of clients → what leaves those clients."""
         return uploads

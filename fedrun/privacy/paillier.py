@@ -25,6 +25,7 @@ import numpy as np
 import phe
 import torch
 
+from fedrun.sim.rows import RowReducer
 from fedrun.types import Aggregate, Uploads
 
 
@@ -92,3 +93,27 @@ def server_sum(rows: EncryptedRows) -> EncryptedSums:
         else:
             sums[group], filled[group] = rows.ciphertexts[row].copy(), True
     return EncryptedSums(items, sums)
+
+
+def full_catalogue_rows(uploads: Uploads, n_items: int) -> Uploads:
+    """FullText: every client's rows for the whole catalogue, its rated rows in place, zeros elsewhere."""
+    d = uploads.row_delta.shape[1]
+    dense = torch.zeros(uploads.n_clients, n_items, d, dtype=uploads.row_delta.dtype)
+    dense[uploads.row_client, uploads.row_item] = uploads.row_delta
+    client = torch.arange(uploads.n_clients).repeat_interleave(n_items)
+    return Uploads(uploads.n_clients, client, torch.arange(n_items).repeat(uploads.n_clients), dense.reshape(-1, d))
+
+
+class PaillierSum(RowReducer):
+    """The round's exact sum as FedMF computes it (Chai et al. Alg. 1–2): the clients encrypt every
+    value of their rows with their shared key (``catalogue``: FullText, a row for every item, zeros for
+    the unrated), the server adds ciphertexts per item, the clients decrypt the sums."""
+
+    def __init__(self, keys: PaillierKeys, catalogue: int | None = None):
+        self.keys, self.catalogue = keys, catalogue
+
+    def sum_uploads(self, uploads: Uploads) -> Aggregate:
+        rows = uploads if self.catalogue is None else full_catalogue_rows(uploads, self.catalogue)
+        encrypted = self.keys.encrypt(rows)  # on the clients
+        sums = server_sum(encrypted)  # on the server: ciphertexts only
+        return self.keys.decrypt(sums, uploads.row_delta.dtype)  # on the clients

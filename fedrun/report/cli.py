@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedrun.cli import config_dir
+from fedrun.core.paths import config_dir
 from fedrun.report import ledger
 from fedrun.report.paper import ALPHA, beside_paper, claim_tests, order_claims, preset_paper
 from fedrun.report.table import markdown

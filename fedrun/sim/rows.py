@@ -1,4 +1,7 @@
-"""Differentiable row gather whose backward is one ``index_add_`` (no sort).
+"""Row-wise kernels: a differentiable row gather whose backward is one ``index_add_`` (no sort), the
+per-key sums of every aggregation rule, and the reduction seam (``RowReducer``) they go through.
+
+The gather:
 
 ``F.embedding``'s CPU backward sorts the indices to sum duplicates; with hundreds of
 thousands of lookups per round that sort dominates. Summing duplicate rows with
@@ -8,6 +11,8 @@ thousands of lookups per round that sort dominates. Summing duplicate rows with
 from __future__ import annotations
 
 import torch
+
+from fedrun.types import Aggregate, Uploads
 
 
 class _GatherRows(torch.autograd.Function):
@@ -38,3 +43,27 @@ def sum_by_key(keys: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor) ->
     summed.index_add_(0, inverse, rows)
     total = torch.zeros(distinct.numel(), dtype=weights.dtype, device=weights.device).index_add_(0, inverse, weights)
     return distinct, summed, total
+
+
+class RowReducer:
+    """The reduction seam: every server-side sum of uploads goes through one of these. This one
+    sums on the local device; a distributed reducer (``torch.distributed`` collectives) or a
+    secure one (FedMF's Paillier sum, ``fedrun.privacy.paillier``) replaces it without touching
+    any method or defense."""
+
+    def sum_by_key(self, keys: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return sum_by_key(keys, rows, weights)
+
+    def sum_dense(self, dense: dict[str, torch.Tensor], weight: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """name → [B, *shape] per-client deltas → name → Σ_c w_c Δ_c [*shape] (w = 1 when None)."""
+        if weight is None:
+            return {name: delta.sum(0) for name, delta in dense.items()}
+        return {name: torch.tensordot(weight, delta, dims=1) for name, delta in dense.items()}
+
+    def sum_uploads(self, uploads: Uploads) -> Aggregate:
+        """Σ_c Δ_c per item row (with the raters behind each row) and per dense weight."""
+        items, total, count = self.sum_by_key(uploads.row_item, uploads.row_delta, uploads.counts())
+        return Aggregate(items, total, self.sum_dense(uploads.dense), count)
+
+
+LOCAL = RowReducer()

@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from fedrun.sim.seeding import generator
+from fedrun.core.seeding import generator
 
 
 class ClientSampler:

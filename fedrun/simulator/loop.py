@@ -15,10 +15,11 @@ from tqdm import tqdm
 from fedrun.errors import FedrunError
 from fedrun.eval.base import Evaluator
 from fedrun.method.base import Method
-from fedrun.sim.checkpoint import RunnerState, snapshot
 from fedrun.sim.config import SimConfig
 from fedrun.sim.guards import NumericalError
-from fedrun.sim.signals import graceful_stop
+from fedrun.simulator.checkpoint import RunnerState, snapshot
+from fedrun.simulator.signals import graceful_stop
+from fedrun.simulator.trainer import Trainer
 from fedrun.track.base import Tracker
 
 __all__ = ["Interrupted", "NumericalError", "RunResult", "run_loop", "total_rounds"]
@@ -43,21 +44,22 @@ class RunResult:
     eval_seconds: float = 0.0
 
 
-def total_rounds(method: Method, sim: SimConfig) -> int:
-    rounds = method.rounds_per_epoch() * sim.epochs
+def total_rounds(trainer: Trainer, sim: SimConfig) -> int:
+    rounds = trainer.rounds_per_epoch() * sim.epochs
     return rounds if sim.max_rounds is None else min(rounds, sim.max_rounds)
 
 
 SaveFn = Callable[[RunnerState], Path]
 
 
-def run_loop(method: Method, evaluator: Evaluator, tracker: Tracker, sim: SimConfig, label: str,
+def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimConfig, label: str,
              state: RunnerState | None = None, save: SaveFn | None = None) -> RunResult:
-    """Rounds ``state.next_round`` … end. ``save(state)`` writes a checkpoint (every
-    ``sim.checkpoint_every`` rounds and when a stop signal arrives)."""
+    """Rounds ``state.next_round`` … end of ``trainer`` (a method's rounds). ``save(state)`` writes a
+    checkpoint (every ``sim.checkpoint_every`` rounds and when a stop signal arrives)."""
     state = state or RunnerState()
-    per_epoch = method.rounds_per_epoch()
-    n_rounds = total_rounds(method, sim)
+    method = trainer.method
+    per_epoch = trainer.rounds_per_epoch()
+    n_rounds = total_rounds(trainer, sim)
     has_valid = evaluator.split.valid is not None
     bar = tqdm(total=n_rounds, initial=state.next_round, desc=label, disable=not sim.progress,
                dynamic_ncols=True, unit="round")
@@ -65,7 +67,7 @@ def run_loop(method: Method, evaluator: Evaluator, tracker: Tracker, sim: SimCon
         while state.next_round < n_rounds and not _patience_spent(state, sim):
             round_index = state.next_round
             started = time.perf_counter()
-            stats = method.train_round(round_index)
+            stats = trainer.train_round(round_index)
             state.train_seconds += time.perf_counter() - started
             if not math.isfinite(stats.loss):
                 raise NumericalError(

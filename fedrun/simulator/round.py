@@ -1,0 +1,121 @@
+"""The federated round, written once (DESIGN.md, "Data flow of one run").
+
+Round t, in the order of the numbered comments of ``FederatedRound.train_round``:
+  1. sample the round's clients (a function of the seed and t only);
+  2. download: the clients receive the public model view (counted in bytes down), and the
+     method's declared exchange runs (FedCL: embeddings up, semi-hard negatives down);
+  3. the client step, vectorized per bucket of clients → uploads, new private rows (written back
+     on the client side), losses;
+  4. the privacy transform of each bucket's uploads, on the client side;
+  5. the method's client-side protocol phase, if it declares one (FedRec++'s relay to denoisers);
+  6. the attack's clients craft their uploads from the same model view and join the benign ones;
+  7. guards: declared fields only, finite values;
+  8. aggregation: ``defense.aggregate`` — or, for a method whose server rule is a sum, the
+     defense's exact sum through the method's reducer (FedMF: a Paillier sum) — the one path;
+  9. the method's server step on the aggregate;
+ 10. accounting: bytes each way, per-round metrics (returned, not stashed).
+When exact, steps 3–8 collapse into the method's fast path (the FedSGD pass: one backward, no
+per-client copies), which aggregates with the defense's linear weights.
+
+The server side (steps 8–9) receives ``Uploads`` / ``Aggregate`` and the senders' ids only.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedrun.attack.base import Attack
+from fedrun.core.seeding import generator
+from fedrun.defense.base import Defense
+from fedrun.method.base import RoundStats
+from fedrun.method.federated import ClientResult, FederatedMethod
+from fedrun.privacy.base import Privacy
+from fedrun.sim.guards import check_finite, check_uploads
+from fedrun.sim.sampling import ClientSampler
+from fedrun.types import Aggregate, RoundContext, Uploads
+
+
+class FederatedRound:
+    """Drives a federated method's rounds with the run's privacy mechanism, attack and defense."""
+
+    def __init__(self, method: FederatedMethod, privacy: Privacy, attack: Attack, defense: Defense):
+        self.method, self.privacy, self.attack, self.defense = method, privacy, attack, defense
+        env = method.env
+        clients = method.round_clients()
+        self.sampler = ClientSampler(clients, env.sim.round_size(clients.numel()), env.sim.seed,
+                                     env.sim.sampling == "independent")
+        self.exact_sum = method.needs(method.config).exact_sum is not None
+        self.uses_fast_path = (method.fast_path_exact() and not privacy.transforms_uploads and not attack.active
+                               and defense.linear)
+
+    def rounds_per_epoch(self) -> int:
+        return self.sampler.rounds_per_epoch
+
+    def describe(self) -> dict:
+        return {"fedsgd_fast_path": self.uses_fast_path} if self.method.has_fedsgd_path else {}
+
+    def train_round(self, round_index: int) -> RoundStats:
+        method = self.method
+        # 1. sample clients
+        users = self.sampler.users(round_index)  # [B]
+        ctx = RoundContext(round_index, round_index // self.rounds_per_epoch(), int(users.numel()))
+        # 2. download the model view; the method's exchange before local training
+        exchange = method.exchange(users, round_index, self.privacy)
+        fast = method.fast_round(users, round_index, exchange.sent, self.defense) if self.uses_fast_path else None
+        extra = dict(exchange.metrics)
+        if fast is not None:  # steps 3–8 as one pass
+            check_finite(method.private.user[users], f"the client step ({type(method).__name__})", round_index)
+            aggregate, losses, rows, benign = fast.aggregate, fast.losses, fast.rows_per_client, None
+        else:
+            problems = method.problems(users, round_index, exchange.sent)
+            results = self.client_steps(problems, ctx)  # 3–4
+            losses = torch.cat([r.loss for r in results])
+            rows = torch.cat([p.item_mask.sum(1) for p in problems])
+            senders = torch.cat([p.batch.users for p in problems])  # [B] in upload order (by bucket)
+            benign = Uploads.concat([r.uploads for r in results])
+            extra.update(method.client_metrics({k: [r.stats[k] for r in results] for k in results[0].stats}))
+            # 5. the method's client-side protocol phase
+            uploads, protocol_metrics = method.client_protocol(benign, results, ctx)
+            extra.update(protocol_metrics)
+            # 6. the attack's clients join
+            crafted = self.attack.craft(method.public, ctx)
+            if crafted is not None:
+                uploads = Uploads.concat([uploads, crafted])
+            # 7. guards
+            check_uploads(uploads, method.upload_schema(), round_index, f"the client step ({type(method).__name__})")
+            extra.update(method.observe_uploads(benign, senders, ctx))
+            # 8. the one aggregation path
+            aggregate = self.aggregate(uploads, senders, ctx)
+        check_finite(aggregate.item_delta, f"the aggregate (defense={type(self.defense).__name__})", round_index)
+        # 9. the method's server step
+        extra.update(method.server_step(aggregate, ctx))
+        method.server_steps += 1
+        # 10. accounting
+        traffic = method.traffic(rows, benign)
+        extra.update(traffic.metrics)
+        return RoundStats(float(losses.mean()), ctx.n_clients, traffic.up + exchange.bytes_up,
+                          traffic.down + exchange.bytes_down, extra)
+
+    def client_steps(self, problems: list, ctx: RoundContext) -> list[ClientResult]:
+        """Steps 3–4 per bucket: the vectorized client step, its new private rows written back on the
+        client side, then the privacy transform of what leaves the bucket's clients."""
+        method = self.method
+        gen = generator(method.env.sim.seed, "privacy", ctx.round, method.env.device)
+        component = f"the client step ({type(method).__name__})"
+        results = []
+        for problem in problems:
+            result = method.client_step(problem)
+            check_finite(result.user, component, ctx.round)
+            method.private.user[problem.batch.users] = result.user
+            results.append(ClientResult(self.privacy.apply(result.uploads, gen), result.user, result.loss,
+                                        result.stats, result.relay))
+        return results
+
+    def aggregate(self, uploads: Uploads, senders: torch.Tensor, ctx: RoundContext) -> Aggregate:
+        """Step 8: every server-side sum goes through the defense."""
+        own = self.method.aggregate_uploads(uploads, senders, self.defense, ctx)
+        if own is not None:
+            return own
+        if self.exact_sum:
+            return self.defense.exact_sum(uploads, self.method.reducer())
+        return self.defense.aggregate(uploads, ctx)
