@@ -32,7 +32,6 @@ from fedrun.simulator.loop import Interrupted, RunResult, run_loop
 from fedrun.simulator.signals import interrupts_ignored
 from fedrun.simulator.trainer import Trainer, trainer_for
 from fedrun.track.base import Tracker
-from fedrun.track.mlflow import Mlflow, MlflowConfig
 from fedrun.validate import check_run, check_selection
 
 log = logging.getLogger("fedrun")
@@ -208,14 +207,14 @@ def resume_state(b: Built, cfg: DictConfig) -> tuple[RunnerState, str | None]:
 def record_failure(cfg: DictConfig, err: Exception, sweep: str | None, job: int | None) -> None:
     """A run that fails before it starts (bad config, missing data) still leaves a FAILED run
     with its reason, so a sweep's report lists it. Skipped when tracking is off or broken."""
-    track = cfg.get("track") or {}
-    if "mlflow" not in str(track.get("_target_", "")):
-        return
     try:
-        uri = track.get("uri")
-        tracker = Mlflow(MlflowConfig(uri=None if uri is None else str(uri)))
+        tracker = build(cfg.track, "track", Tracker)  # tracking off (``track=none``) records nothing
+    except FedrunError:
+        return  # the tracker's own config is what failed: there is nowhere to record
+    try:
         choices = {g: str(OmegaConf.select(cfg, f"choices.{g}", default="")) for g in GROUPS}
-        experiment = experiment_name(track.get("experiment"), cfg, choices.get("dataset") or "fedrun")
+        configured = getattr(tracker.config, "experiment", None)
+        experiment = experiment_name(configured, cfg, choices.get("dataset") or "fedrun")
         tags = {f"fedrun.{g}": v for g, v in choices.items() if v}
         if sweep:
             tags.update({"fedrun.sweep": sweep, "fedrun.job": str(job)})
@@ -224,7 +223,7 @@ def record_failure(cfg: DictConfig, err: Exception, sweep: str | None, job: int 
                       params, tags)
         tracker.finish("FAILED", f"{type(err).__name__}: {err}")
     except Exception as tracking_error:  # never hide the user's error behind a tracking one
-        log.warning("could not record the failed run in MLflow: %s", tracking_error)
+        log.warning("could not record the failed run with its tracker: %s", tracking_error)
 
 
 def write_outputs(cfg: DictConfig, label: str, table: str) -> list[Path]:

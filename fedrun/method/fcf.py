@@ -39,7 +39,6 @@ from fedrun.errors import ConfigError, check_positive
 from fedrun.method.federated import FastRound, FederatedMethod, Needs
 from fedrun.method.rating_scale import RatingScale
 from fedrun.method.server import OptimizerServer, Server
-from fedrun.sim.batching import bucketize
 from fedrun.sim.server_opt import ServerOptimizerConfig
 from fedrun.types import Aggregate, ClientBatch, RoundContext
 
@@ -131,9 +130,7 @@ class FCF(FederatedMethod):
         upload_sum = torch.zeros_like(item)  # [m, f] Σ_u f(u, ·)
         user_gram = torch.zeros_like(gram)  # Σ_u x_u x_uᵀ
         losses = []
-        for index in bucketize(env.train.sizes(users), env.sim.buckets, env.sim.max_slots, gram.shape[0],
-                               env.sim.min_bucket_clients):
-            batch = env.train.client_batch(users[index])
+        for _, batch in env.client_batches(users, gram.shape[0]):
             solved = self.solve(batch, gram)
             self.private.user[batch.users] = solved.user  # stays on the client
             user_gram += solved.user.T @ solved.user

@@ -77,19 +77,17 @@ class FedAvg(FederatedMethod):
             candidates = torch.cat([candidates, negatives], 1)
         pairs, pair_of = torch.unique(owner.unsqueeze(1) * env.n_items + candidates, return_inverse=True)
         step = self.fedsgd_pass(users, pairs, sizes, rule)
-        coef = (step.weight / sizes)[owner]  # [N]
-        losses = torch.zeros(users.numel(), device=users.device)  # [B] each client's mean loss
-        per_chunk = max(1, env.sim.max_slots // candidates.shape[1])
-        for chunk in torch.split(torch.arange(owner.numel(), device=owner.device), per_chunk):
+        l2 = env.backbone.config.l2
+
+        def example_loss(chunk: torch.Tensor) -> torch.Tensor:
             vectors = gather_rows(step.item, step.row_of_pair[pair_of[chunk]])  # [n, 1 + n_neg, di]
             user_rows = gather_rows(step.user, owner[chunk])  # [n, du]
             scores = env.backbone.score(user_rows, vectors, step.net)  # [n, 1 + n_neg]
-            l2 = env.backbone.config.l2
-            example_loss = per_client_loss(
+            return per_client_loss(
                 env.backbone.config.loss, scores[:, :1], scores[:, 1:].unsqueeze(1) if n_neg else None,
                 torch.ones(chunk.numel(), 1, dtype=torch.bool, device=chunk.device),
                 None if ratings is None else ratings[chunk].unsqueeze(1),
                 l2, example_sq_norms(user_rows, vectors, 1) if l2 else None)  # [n]
-            (example_loss * coef[chunk]).sum().backward()
-            losses.index_add_(0, owner[chunk], example_loss.detach() / sizes[owner[chunk]])
+
+        losses = self.fedsgd_examples(step, owner, sizes, candidates.shape[1], example_loss)
         return self.fedsgd_result(step, losses)

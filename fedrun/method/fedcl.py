@@ -62,7 +62,7 @@ from fedrun.method.federated import Exchange, FederatedMethod, Needs
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.privacy.base import Privacy
 from fedrun.retrieval.hard_negatives import HardNegativeConfig, HardNegativeServer
-from fedrun.sim.batching import LocalProblem, bucketize, local_problem
+from fedrun.sim.batching import LocalProblem, local_problem
 from fedrun.sim.local import ClientOptimizer, slot_rows
 from fedrun.sim.rows import gather_rows
 from fedrun.sim.server_opt import ServerOptimizerConfig
@@ -199,9 +199,7 @@ class FedCL(FederatedMethod):
         if self.sequential:
             sizes = sizes.clamp_max(self.max_len)
         out = []
-        for k, index in enumerate(bucketize(sizes, env.sim.buckets, env.sim.max_slots, 1 + self.num_negatives,
-                                            env.sim.min_bucket_clients)):
-            batch = env.train.client_batch(users[index], self.max_len)
+        for k, (index, batch) in enumerate(env.client_batches(users, 1 + self.num_negatives, sizes, self.max_len)):
             local = self.local_negatives(batch, round_index) if self.n_local else None
             problem = local_problem(batch, local, env.n_items, None if sent is None else sent[index])
             if self.sequential:
@@ -279,10 +277,9 @@ class FedCL(FederatedMethod):
             sent_pair = pair_of[n_scored:].view(B, -1)  # [B, T]
             if self.config.exclude_positives:
                 semi_valid = ~torch.isin(sent_keys, owner * env.n_items + items)  # [B, T]
-        coef = (step.weight / sizes)[owner]  # [N]
-        losses = torch.zeros(B, device=users.device)  # [B] each client's Eq. 1
         width = candidates.shape[1] + (0 if sent is None else sent.shape[1])
-        for chunk in torch.split(torch.arange(owner.numel(), device=owner.device), max(1, env.sim.max_slots // width)):
+
+        def example_loss(chunk: torch.Tensor) -> torch.Tensor:
             chunk_owner = owner[chunk]
             scores = env.backbone.score(gather_rows(step.user, chunk_owner),
                                         gather_rows(step.item, step.row_of_pair[example_pair[chunk]]),
@@ -296,9 +293,9 @@ class FedCL(FederatedMethod):
                 valid = None if semi_valid is None else semi_valid[chunk_owner]
             local = scores[:, 1:].unsqueeze(1) if self.n_local else None  # [n, 1, n_local]
             ones = torch.ones(chunk.numel(), 1, dtype=torch.bool, device=chunk.device)
-            example_loss = mixup_loss(scores[:, :1], ones, local, semi, valid, None)  # [n]
-            (example_loss * coef[chunk]).sum().backward()
-            losses.index_add_(0, chunk_owner, example_loss.detach() / sizes[chunk_owner])
+            return mixup_loss(scores[:, :1], ones, local, semi, valid, None)  # [n]
+
+        losses = self.fedsgd_examples(step, owner, sizes, width, example_loss)  # [B] each client's Eq. 1
         return self.fedsgd_result(step, losses)
 
     def bucketed_fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None, rule: Defense):

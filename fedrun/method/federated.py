@@ -18,7 +18,7 @@ A method fills:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import torch
 
@@ -31,7 +31,7 @@ from fedrun.defense.base import Defense
 from fedrun.method.base import Method
 from fedrun.method.server import Server
 from fedrun.privacy.base import Privacy
-from fedrun.sim.batching import LocalProblem, bucketize, local_problem
+from fedrun.sim.batching import LocalProblem, local_problem
 from fedrun.sim.env import RunEnv
 from fedrun.sim.guards import UploadSchema
 from fedrun.sim.local import problem_loss, train_local
@@ -254,6 +254,21 @@ class FederatedMethod(Method):
                           self.public.item[rows].requires_grad_(True), self.private.user[users].requires_grad_(True),
                           net)
 
+    def fedsgd_examples(self, step: FedSGDPass, owner: torch.Tensor, sizes: torch.Tensor, width: int,
+                        example_loss: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """The unpadded FedSGD pass: Σ_c w_c·mean_c(ℓ) = Σ_e (w_c / |D_c|)·ℓ_e, backpropagated in chunks
+        of examples (``owner`` [N] each example's client, ``sizes`` [B] the clients' |D_c|) of at most
+        ``sim.max_slots`` scored items (``width`` per example); ``example_loss(chunk)`` → ℓ_e [n].
+        Returns each client's mean loss [B]; the gradients accumulate on ``step``'s leaves."""
+        coef = (step.weight / sizes)[owner]  # [N]
+        losses = torch.zeros(step.users.numel(), device=owner.device)  # [B]
+        for chunk in torch.split(torch.arange(owner.numel(), device=owner.device),
+                                 max(1, self.env.sim.max_slots // width)):
+            loss = example_loss(chunk)  # [n]
+            (loss * coef[chunk]).sum().backward()
+            losses.index_add_(0, owner[chunk], loss.detach() / sizes[owner[chunk]])
+        return losses
+
     def fedsgd_result(self, step: FedSGDPass, losses: torch.Tensor) -> FastRound:
         """After ``backward`` of Σ_c w_c L_c: the clients' new private rows (written on the client
         side), the aggregate and the rows each client touched; ``losses`` [B] each client's L_c."""
@@ -269,12 +284,9 @@ class FederatedMethod(Method):
     def problems(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None) -> list[LocalProblem]:
         """The round's buckets of local problems (``sent``: what ``exchange`` gave the clients)."""
         env = self.env
-        sizes = env.train.sizes(users)
         seed = derive_seed(env.sim.seed, "negatives", round_index)
         out = []
-        for index in bucketize(sizes, env.sim.buckets, env.sim.max_slots, 1 + self.num_negatives,
-                               env.sim.min_bucket_clients):
-            batch = env.train.client_batch(users[index])
+        for _, batch in env.client_batches(users, 1 + self.num_negatives):
             negatives = None
             if self.num_negatives:
                 negatives = sample_batch_negatives(batch.users, batch.pos, batch.pos_mask, self.num_negatives,

@@ -33,7 +33,7 @@ from fedrun.method.federated import ClientResult, FederatedMethod
 from fedrun.method.rating_scale import require_rating_model
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.privacy.audit import MembershipAudit
-from fedrun.sim.batching import LocalProblem, bucketize, local_problem
+from fedrun.sim.batching import LocalProblem, local_problem
 from fedrun.sim.local import slot_rows
 from fedrun.sim.server_opt import ServerOptimizerConfig
 from fedrun.types import ClientBatch, RoundContext, Uploads
@@ -94,9 +94,7 @@ class FedRec(FederatedMethod):
         seed = derive_seed(env.sim.seed, "unrated", round_index)
         slots_per_row = 1 + math.ceil(self.config.rho)
         out = []
-        for index in bucketize(env.train.sizes(users), env.sim.buckets, env.sim.max_slots, slots_per_row,
-                               env.sim.min_bucket_clients):
-            batch = env.train.client_batch(users[index])
+        for _, batch in env.client_batches(users, slots_per_row):
             unrated, mask = sample_unrated(batch.users, batch.pos, batch.pos_mask, self.unrated_counts(batch),
                                            env.n_items, seed, env.sim.max_slots)
             base = local_problem(batch, None, env.n_items, unrated, mask)

@@ -40,7 +40,7 @@ from fedrun.errors import check, check_positive
 from fedrun.method.federated import ClientResult, FederatedMethod, Needs
 from fedrun.method.rating_scale import RatingScale, require_rating_model
 from fedrun.method.server import OptimizerServer, Server
-from fedrun.sim.batching import LocalProblem, bucketize, local_problem
+from fedrun.sim.batching import LocalProblem, local_problem
 from fedrun.sim.local import ClientOptimizer, train_local
 from fedrun.sim.server_opt import ServerOptimizerConfig
 from fedrun.types import Aggregate, RoundContext, Uploads
@@ -148,9 +148,8 @@ class PrivRec(FederatedMethod):
         """Every client adapts θ on its own training ratings (Reptile's inner loop) before ranking."""
         env = self.env
         users = env.clients_with_data()
-        for index in bucketize(env.train.sizes(users), env.sim.buckets, env.sim.max_slots, 1,
-                               env.sim.min_bucket_clients):
-            problem = local_problem(env.train.client_batch(users[index]), None, env.n_items)
+        for _, batch in env.client_batches(users, 1):
+            problem = local_problem(batch, None, env.n_items)
             with torch.enable_grad():
                 self.private.user[problem.batch.users] = self.adapt(problem).user
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 
 from fedrun.backbone.base import Backbone
 from fedrun.data.client_store import ClientStore
 from fedrun.data.splits import Split
+from fedrun.sim.batching import bucketize
 from fedrun.sim.config import SimConfig
+from fedrun.types import ClientBatch
 
 
 @dataclass
@@ -35,3 +38,13 @@ class RunEnv:
 
     def clients_with_data(self) -> torch.Tensor:
         return torch.nonzero(self.train.sizes() > 0).squeeze(1)
+
+    def client_batches(self, users: torch.Tensor, slots_per_row: int, sizes: torch.Tensor | None = None,
+                       max_len: int | None = None) -> Iterator[tuple[torch.Tensor, ClientBatch]]:
+        """Clients ``users`` [B] in buckets of similar data size under ``sim``'s budget (``bucketize``;
+        ``sizes`` [B] overrides their data sizes) → (index into ``users``, the bucket's padded local
+        data, its last ``max_len`` items when given), client side."""
+        sizes = self.train.sizes(users) if sizes is None else sizes
+        for index in bucketize(sizes, self.sim.buckets, self.sim.max_slots, slots_per_row,
+                               self.sim.min_bucket_clients):
+            yield index, self.train.client_batch(users[index], max_len)
