@@ -484,9 +484,51 @@ def plot_w5(out: Path, by_clients, by_items, memory: str) -> None:
 
 # ------------------------------------------------------------------------------------------------ main
 
+# ------------------------------------------------------------------- W9: robust aggregation rules
+
+W9_RULES = [("mean", "defense=mean"), ("median", "defense=median"), ("trimmed_mean", "defense=trimmed_mean"),
+            ("norm_bound", "defense=norm_bound"), ("krum", "defense=krum"), ("multi_krum", "defense=multi_krum")]
+
+
+def bench_w9(args, out: Path) -> str:
+    """Each rule aggregating the same round of W0 uploads (256 clients' sparse item rows, general path),
+    against the mean's time in the same run (issue #31: ≤ 3× for median / trimmed mean / norm bound,
+    ≤ 10× for Krum and Multi-Krum)."""
+    data = TINY_DATA if args.tiny else ML1M_8020
+    clients = 64 if args.tiny else 256
+    base = data + COMMON + MF + [f"sim.clients_per_round={clients}", "sim.fast_path=off", f"sim.device={args.device}"]
+    trainer, env = build_method(base)
+    captured = {}
+    aggregate = trainer.defense.aggregate
+    trainer.defense.aggregate = lambda uploads, ctx=None: captured.setdefault("uploads", uploads) and aggregate(
+        uploads, ctx)
+    trainer.train_round(0)
+    uploads = captured["uploads"]
+    counts = torch.bincount(uploads.row_item)
+    counts = counts[counts > 0]
+    rows, times = [], {}
+    for name, override in W9_RULES:
+        rule = build_method(data + COMMON + MF + [override, "sim.clients_per_round=4"])[0].defense
+        rule.aggregate(uploads)  # warm-up
+        sync(env.device)
+        repeats = 5
+        started = time.perf_counter()
+        for _ in range(repeats):
+            rule.aggregate(uploads)
+        sync(env.device)
+        times[name] = (time.perf_counter() - started) / repeats
+    for name, _ in W9_RULES:
+        rows.append([name, f"{times[name] * 1000:.1f}", f"{times[name] / times['mean']:.1f}×"])
+    caption = (f"W9 robust aggregation of one W0 round{' [tiny synthetic]' if args.tiny else ''}: {clients} clients, "
+               f"{uploads.row_item.numel():,} uploaded rows of width {uploads.row_delta.shape[1]} over "
+               f"{counts.numel():,} items (uploaders per row: median {int(counts.median())}, max {int(counts.max())}); "
+               f"{machine(args.device)}; mean of {5} calls after a warm-up")
+    return write_table(out, "w9", ["W9 rule", "ms / round", "vs mean"], rows, caption)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workloads", default="w0,w1,w2,w3,w4,w5,w6,w7,w8", help="comma-separated: w0 … w8")
+    parser.add_argument("--workloads", default="w0,w1,w2,w3,w4,w5,w6,w7,w8,w9", help="comma-separated: w0 … w9")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--loop-rounds", type=int, default=3)
     parser.add_argument("--out", default="outputs/bench")
@@ -497,7 +539,7 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     workloads = args.workloads.split(",")
-    others = {"w4": bench_w4, "w5": bench_w5, "w6": bench_w6, "w7": bench_w7, "w8": bench_w8}
+    others = {"w4": bench_w4, "w5": bench_w5, "w6": bench_w6, "w7": bench_w7, "w8": bench_w8, "w9": bench_w9}
     unknown = sorted(set(workloads) - {*TRAIN, *others})
     if unknown:
         parser.error(f"--workloads: unknown {', '.join(unknown)}; allowed: {', '.join([*TRAIN, *others])}")

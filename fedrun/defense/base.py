@@ -39,6 +39,9 @@ class Defense:
         """Per-client weights [B] if the rule is Σ_c w_c Δ_c / (Σ_c w_c or 1), else None."""
         return None
 
+    def check_participants(self, n_clients: int) -> None:
+        """Refuse settings a round of ``n_clients`` clients cannot meet (checked before training)."""
+
     @property
     def offers_exact_sum(self) -> bool:
         return False

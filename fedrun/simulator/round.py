@@ -44,6 +44,7 @@ class FederatedRound:
         clients = method.round_clients()
         self.sampler = ClientSampler(clients, env.sim.round_size(clients.numel()), env.sim.seed,
                                      env.sim.sampling == "independent")
+        defense.check_participants(self.sampler.per_round)
         self.exact_sum = method.needs(method.config).exact_sum is not None
         self.uses_fast_path = (method.fast_path_exact() and not privacy.transforms_uploads and not attack.active
                                and defense.linear)

@@ -1,0 +1,87 @@
+"""Per-row robust aggregation, vectorized: the uploads of each item row are gathered into dense
+stacks ``[g, c, d]`` — the g rows that have exactly c uploaders each, their uploads in upload
+order — by two stable sorts and a view, so a rule runs as a few batched kernels per distinct
+uploader count: never a Python loop over items or clients, and no padding.
+
+A robust rule implements ``reduce(values [g, c, d]) → [g, d]``: a robust estimate of the mean of
+each row's c uploads. ``RobustDefense`` applies it to every item row over the clients that
+uploaded that row, and to every shared dense weight over all uploading clients (one stack of B
+uploads per weight), then keeps the method's semantics: the estimate itself (``reduce=mean``)
+or the estimate times the row's uploader count (``reduce=sum``, servers that sum gradients).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from fedrun.defense.base import Defense
+from fedrun.errors import check_choice
+from fedrun.types import Aggregate, RoundContext, Uploads
+
+
+@dataclass(frozen=True)
+class RowStack:
+    """The rows with exactly ``count`` uploads: which distinct rows they are [g] and their uploads
+    [g, count, d] in upload order."""
+
+    rows: torch.Tensor
+    values: torch.Tensor
+    count: int
+
+
+def stack_rows(keys: torch.Tensor, deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[RowStack]]:
+    """keys [R], deltas [R, d] → (distinct keys [G] sorted, uploads per key [G], the stacks, one per
+    distinct uploader count)."""
+    by_key = torch.argsort(keys, stable=True)  # uploads of a key together, in upload order
+    distinct, count = torch.unique_consecutive(keys[by_key], return_counts=True)  # [G], [G]
+    row = torch.repeat_interleave(torch.arange(distinct.numel(), device=keys.device), count)  # [R]
+    by_count = torch.argsort(count[row], stable=True)  # rows with equal counts together, still by key
+    ordered = deltas[by_key[by_count]]  # [R, d]
+    row_order = torch.argsort(count, stable=True)  # [G] the rows in the same order
+    sizes, rows_per_size = torch.unique_consecutive(count[row_order], return_counts=True)
+    stacks, at, first = [], 0, 0
+    for c, g in zip(sizes.tolist(), rows_per_size.tolist()):  # one stack per distinct uploader count
+        stacks.append(RowStack(row_order[first: first + g], ordered[at: at + g * c].view(g, c, -1), c))
+        at, first = at + g * c, first + g
+    return distinct, count, stacks
+
+
+@dataclass
+class RobustConfig:
+    reduce: str = "mean"  # mean: the robust estimate | sum: estimate × uploaders (servers that sum)
+
+    def __post_init__(self) -> None:
+        check_choice("reduce", self.reduce, ("mean", "sum"))
+
+
+class RobustDefense(Defense):
+    """A non-linear rule applied per item row (and per dense weight) over its uploaders."""
+
+    Config: ClassVar[type] = RobustConfig
+
+    def reduce(self, values: torch.Tensor) -> torch.Tensor:
+        """values [g, c, d]: g rows of c uploads each → the rule's estimate per row [g, d]."""
+        raise NotImplementedError
+
+    def rows(self, keys: torch.Tensor, deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """keys [R], deltas [R, d] → distinct keys [G], the rule's estimate per key [G, d] (× the
+        uploader count under ``reduce=sum``)."""
+        distinct, count, stacks = stack_rows(keys, deltas)
+        out = deltas.new_empty(distinct.numel(), deltas.shape[1])
+        for stack in stacks:
+            out[stack.rows] = self.reduce(stack.values)
+        if self.config.reduce == "sum":
+            out = out * count.unsqueeze(1).to(out.dtype)
+        return distinct, out
+
+    def aggregate(self, uploads: Uploads, ctx: RoundContext | None = None) -> Aggregate:
+        items, item_delta = self.rows(uploads.row_item, uploads.row_delta)
+        dense = {}
+        for name, delta in uploads.dense.items():  # [B, *shape]: one row, every client uploads it
+            flat = delta.reshape(delta.shape[0], -1)
+            _, estimate = self.rows(torch.zeros(flat.shape[0], dtype=torch.long, device=flat.device), flat)
+            dense[name] = estimate[0].view(delta.shape[1:])
+        return Aggregate(items, item_delta, dense)

@@ -1,0 +1,180 @@
+"""Robust rules against a brute-force per-row NumPy reference on ragged random uploads (rows with
+1, 2 and many uploaders, ties, dense weights), Krum's selection against its formula, and bad
+settings refused by name."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedrun.defense._rows import RobustConfig
+from fedrun.defense.krum import Krum, KrumConfig
+from fedrun.defense.median import Median
+from fedrun.defense.multi_krum import MultiKrum, MultiKrumConfig
+from fedrun.defense.norm_bound import NormBound, NormBoundConfig
+from fedrun.defense.trimmed_mean import TrimmedMean, TrimmedMeanConfig
+from fedrun.errors import ConfigError
+from fedrun.types import Uploads
+from tests.conftest import make_method, round_of
+
+
+def ragged_uploads(seed: int, n_clients: int = 12, n_items: int = 9, d: int = 3, ties: bool = False) -> Uploads:
+    """Each client uploads a random subset of rows (item 0: one uploader, item 1: two, the rest
+    random), and a dense weight of shape [2, 2]."""
+    gen = np.random.default_rng(seed)
+    client, item = [0, 3, 5], [0, 1, 1]
+    for c in range(n_clients):
+        for i in range(2, n_items):
+            if gen.random() < 0.5:
+                client.append(c), item.append(i)
+    delta = gen.normal(size=(len(item), d))
+    if ties:
+        delta = np.round(delta)  # many equal coordinates and equal rows
+    return Uploads(n_clients, torch.tensor(client), torch.tensor(item), torch.tensor(delta, dtype=torch.float64),
+                   {"w": torch.tensor(gen.normal(size=(n_clients, 2, 2)), dtype=torch.float64)})
+
+
+def per_row(uploads: Uploads, rule) -> dict[int, np.ndarray]:
+    """The reference: ``rule`` on each row's uploads (in upload order), one row at a time."""
+    out = {}
+    for item in sorted(set(uploads.row_item.tolist())):
+        out[item] = rule(uploads.row_delta[uploads.row_item == item].numpy())
+    return out
+
+
+def trimmed(rows: np.ndarray, k: int) -> np.ndarray:
+    k = min(k, (len(rows) - 1) // 2)
+    ordered = np.sort(rows, axis=0)
+    return ordered[k: len(rows) - k].mean(0)
+
+
+def krum_reference(rows: np.ndarray, f: int, m: int, variant: str) -> np.ndarray:
+    c = len(rows)
+    if c <= 2:
+        return rows.mean(0)
+    scores = []
+    for i in range(c):
+        others = [j for j in range(c) if j != i]
+        if variant == "closest_to_mean":
+            scores.append(((rows[i] - rows[others].mean(0)) ** 2).sum())
+        else:
+            distances = sorted(((rows[i] - rows[j]) ** 2).sum() for j in others)
+            n = min(max(c - f - 2, 1), c - 1)
+            scores.append(sum(distances[:n]))
+    order = sorted(range(c), key=lambda i: (scores[i], i))
+    return rows[order[: min(m, c)]].mean(0)
+
+
+def norm_bound(rows: np.ndarray, tau: float) -> np.ndarray:
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    return (rows * np.minimum(1.0, tau / np.maximum(norms, 1e-30))).mean(0)
+
+
+RULES = [
+    ("median", lambda: Median(RobustConfig()), lambda r: np.median(r, axis=0)),
+    ("trimmed_mean", lambda: TrimmedMean(TrimmedMeanConfig(beta=0.25)),
+     lambda r: trimmed(r, int(np.floor(0.25 * len(r))))),
+    ("trimmed_count", lambda: TrimmedMean(TrimmedMeanConfig(trim=2)), lambda r: trimmed(r, 2)),
+    ("krum", lambda: Krum(KrumConfig(f=1)), lambda r: krum_reference(r, 1, 1, "nearest")),
+    ("krum_mean_reading", lambda: Krum(KrumConfig(f=1, variant="closest_to_mean")),
+     lambda r: krum_reference(r, 1, 1, "closest_to_mean")),
+    ("multi_krum", lambda: MultiKrum(MultiKrumConfig(f=2, m=3)), lambda r: krum_reference(r, 2, 3, "nearest")),
+    ("norm_bound", lambda: NormBound(NormBoundConfig(tau=0.8)), lambda r: norm_bound(r, 0.8)),
+]
+
+
+@pytest.mark.parametrize("name,make,reference", RULES, ids=[r[0] for r in RULES])
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), ties=st.booleans())
+def test_rule_equals_a_per_row_reference(name, make, reference, seed, ties):
+    uploads = ragged_uploads(seed, ties=ties)
+    aggregate = make().aggregate(uploads)
+    want = per_row(uploads, reference)
+    assert aggregate.items.tolist() == sorted(want)
+    for row, item in enumerate(aggregate.items.tolist()):
+        np.testing.assert_allclose(aggregate.item_delta[row].numpy(), want[item], rtol=1e-9, atol=1e-9)
+    dense = uploads.dense["w"].reshape(uploads.n_clients, -1).numpy()  # every client uploads it
+    np.testing.assert_allclose(aggregate.dense["w"].reshape(-1).numpy(), reference(dense), rtol=1e-9, atol=1e-9)
+
+
+def test_rows_with_one_or_two_uploaders_follow_the_documented_rule():
+    uploads = ragged_uploads(0)
+    one, two = uploads.row_delta[0], uploads.row_delta[1:3].mean(0)
+    for make in [lambda: Median(RobustConfig()), lambda: TrimmedMean(TrimmedMeanConfig(beta=0.4)),
+                 lambda: Krum(KrumConfig(f=3)), lambda: MultiKrum(MultiKrumConfig(f=1, m=1))]:
+        aggregate = make().aggregate(uploads)
+        torch.testing.assert_close(aggregate.item_delta[0], one)  # item 0: its one upload
+        torch.testing.assert_close(aggregate.item_delta[1], two)  # item 1: the mean of its two
+
+
+def test_krum_selects_the_upload_its_formula_scores_lowest():
+    """Four honest uploads near 0 and one far away: Krum keeps an honest one, the outlier's score is
+    the largest, and the selected upload is the argmin of Σ over its c − f − 2 nearest distances²."""
+    rows = torch.tensor([[0.0, 0.1], [0.1, 0.0], [0.0, -0.1], [-0.1, 0.0], [9.0, 9.0]], dtype=torch.float64)
+    uploads = Uploads(5, torch.arange(5), torch.zeros(5, dtype=torch.long), rows)
+    chosen = Krum(KrumConfig(f=1)).aggregate(uploads).item_delta[0]
+    d2 = torch.cdist(rows, rows).pow(2)
+    scores = [float(d2[i][[j for j in range(5) if j != i]].sort().values[:2].sum()) for i in range(5)]
+    assert scores.index(min(scores)) == 0 and max(scores) == scores[4]
+    torch.testing.assert_close(chosen, rows[0])
+
+
+def test_sum_semantics_multiply_the_estimate_by_the_uploaders():
+    uploads = ragged_uploads(3)
+    mean = Median(RobustConfig()).aggregate(uploads)
+    total = Median(RobustConfig(reduce="sum")).aggregate(uploads)
+    count = torch.bincount(uploads.row_item)[mean.items].to(torch.float64).unsqueeze(1)
+    torch.testing.assert_close(total.item_delta, mean.item_delta * count)
+    torch.testing.assert_close(total.dense["w"], mean.dense["w"] * uploads.n_clients)
+
+
+def test_an_outlier_moves_the_mean_but_not_the_robust_rules():
+    rows = torch.tensor([[1.0], [1.1], [0.9], [1.0], [1.05], [1000.0]], dtype=torch.float64)
+    uploads = Uploads(6, torch.arange(6), torch.zeros(6, dtype=torch.long), rows)
+    for rule in [Median(RobustConfig()), TrimmedMean(TrimmedMeanConfig(trim=1)), Krum(KrumConfig(f=1)),
+                 MultiKrum(MultiKrumConfig(f=1, m=3)), NormBound(NormBoundConfig(tau=1.2))]:
+        assert float(rule.aggregate(uploads).item_delta[0, 0]) < 1.3, type(rule).__name__
+
+
+@pytest.mark.parametrize("overrides,field", [
+    (["defense=trimmed_mean", "defense.beta=0.5"], "defense.beta"),
+    (["defense=trimmed_mean", "defense.trim=-1"], "defense.trim"),
+    (["defense=krum", "defense.f=-1"], "defense.f"),
+    (["defense=multi_krum", "defense.m=0"], "defense.m"),
+    (["defense=norm_bound", "defense.tau=0"], "defense.tau"),
+    (["defense=median", "defense.reduce=max"], "defense.reduce"),
+])
+def test_bad_settings_are_named(overrides, field):
+    from fedrun.experiment import plan
+    from tests.conftest import SMALL, compose_cfg
+
+    with pytest.raises(ConfigError) as refused:
+        plan(compose_cfg(SMALL + overrides))
+    assert refused.value.field == field
+
+
+def test_krum_f_of_half_the_round_is_refused_before_training():
+    with pytest.raises(ConfigError, match=r"defense\.f=8 .* fewer than half of the round's 16 clients"):
+        make_method(["defense=krum", "defense.f=8"])  # SMALL: 16 clients per round
+
+
+@pytest.mark.parametrize("defense", ["median", "trimmed_mean", "krum", "multi_krum", "norm_bound"])
+def test_each_rule_trains_fedavg_and_refuses_exact_sum_methods(defense):
+    from fedrun.experiment import plan
+    from tests.conftest import SMALL, compose_cfg
+
+    rated = ["dataset.ratings=true", "backbone=pmf", "backbone.loss=mse"]
+    for method in ["fedmf", "privrec", "fedrecpp", "fcf"]:
+        with pytest.raises(ConfigError, match=f"for method={method}:") as refused:
+            plan(compose_cfg(SMALL + rated + [f"method={method}", f"defense={defense}"]))
+        assert refused.value.field == "defense"
+    method, _ = make_method([f"defense={defense}", "backbone=ncf"])
+    rounds = round_of(method)
+    assert not rounds.uses_fast_path
+    before = {k: v.clone() for k, v in method.public.net.items()}
+    stats = rounds.train_round(0)
+    assert np.isfinite(stats.loss)
+    assert any(not torch.equal(before[k], v) for k, v in method.public.net.items())  # dense weights aggregated
