@@ -14,9 +14,11 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
-from fedrun.attack.base import Attack
+from fedrun.attack._targets import choose_targets
+from fedrun.attack.base import Attack, AttackConfig, AttackSetup
 from fedrun.backbone.base import Backbone
 from fedrun.build import build, check_combination, parse_config, resolve_target
+from fedrun.core.seeding import derive_seed
 from fedrun.dataset.base import Dataset
 from fedrun.defense.base import Defense
 from fedrun.errors import ConfigError, FedrunError
@@ -112,7 +114,26 @@ def build_run(cfg: DictConfig) -> Built:
     evaluator = build(cfg.eval, "eval", Evaluator, split=split, device=env.device,
                       rating=p.backbone.rating_model, bytes_per_pair=p.backbone.full_score_bytes_per_pair())
     check_selection(p.sim, evaluator)
+    if p.attack.active and isinstance(p.attack.config, AttackConfig):
+        targets = choose_targets(p.attack.config, split)
+        share = trainer.sampler.per_round / trainer.sampler.clients.numel()  # a benign client's odds per round
+        p.attack.setup(AttackSetup(p.backbone, split.n_users, share, client_lr(p.method_config, p.attack.config),
+                                   targets, derive_seed(p.sim.seed, "attack"), env.device))
+        evaluator.watch_targets(targets)
+        log.info("attack: %d malicious clients promote item(s) %s", getattr(p.attack, "n_clients", 0),
+                 targets.tolist())
     return Built(p, env, method, trainer, evaluator, label)
+
+
+def client_lr(method_config: Any, attack_config: AttackConfig) -> float:
+    """The client learning rate a malicious client uses (its own ``lr``, else the method's)."""
+    if attack_config.lr is not None:
+        return attack_config.lr
+    optimizer = getattr(method_config, "optimizer", None)
+    lr = getattr(optimizer, "lr", None) or getattr(method_config, "lr", None)
+    if lr is None:
+        raise ConfigError("attack.lr", None, "a number > 0: this method has no client learning rate to take")
+    return float(lr)
 
 
 def config_params(cfg: DictConfig, resolve: bool) -> dict[str, Any]:

@@ -14,6 +14,8 @@ Workloads (issue #7), each measured in one run on the same data and hyperparamet
       of ml-1m, Beauty, Yelp and Sports: faiss k-means pre-aggregation vs scikit-learn k-means++
   W8  NeuMF full ranking (FedCL's NCF: dim 64, tower 128-64-32) of every user at ml-1m and Beauty
       sizes: the tower in cache-sized blocks vs one pass over each evaluation chunk
+  W9  robust aggregation rules on one W0 round's uploads, against the mean in the same run
+  W10 W0's round (general path) without and with A-hum clients at 0.1% and 5%: time and peak RSS
 
 Paths of a training workload:
   - fedrun:  the simulator as a run uses it (``sim.fast_path=auto``: FedSGD fast path when exact)
@@ -526,9 +528,49 @@ def bench_w9(args, out: Path) -> str:
     return write_table(out, "w9", ["W9 rule", "ms / round", "vs mean"], rows, caption)
 
 
+# ---------------------------------------------------------------- W10: the round with an attack
+
+W10_CASES = [("no attack", []), ("A-hum 0.1%", ["attack=a_hum", "attack.fraction=0.001", "attack.lr=0.01"]),
+             ("A-hum 5%", ["attack=a_hum", "attack.fraction=0.05", "attack.lr=0.01"])]
+
+
+def bench_w10(args, out: Path) -> str:
+    """W0's round on the general path (an attack turns the FedSGD shortcut off) without and with A-hum
+    clients (10 synthetic users each, 30 mining steps), each in its own process for its peak RSS."""
+    if args.case is not None:
+        from fedrun.experiment import build_run
+
+        data = TINY_DATA if args.tiny else ML1M_8020
+        clients = 64 if args.tiny else 256
+        overrides = data + COMMON + MF + [f"sim.clients_per_round={clients}", "sim.fast_path=off",
+                                          f"sim.device={args.device}", *W10_CASES[args.case][1]]
+        built = build_run(compose_cfg(overrides))
+        reset_peak_rss()
+        seconds = time_rounds(built.trainer, args.rounds)
+        gpu = peak_gpu_gb(built.env.device)
+        print(json.dumps([seconds, peak_rss_gb() if gpu is None else gpu, getattr(built.plan.attack, "n_clients", 0)]))
+        return ""
+    rows, base = [], None
+    for case, (name, _) in enumerate(W10_CASES):
+        command = [sys.executable, __file__, *without_workloads(sys.argv[1:]), "--workloads", "w10",
+                   "--case", str(case)]
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise SystemExit(f"W10 case {name} failed:\n{result.stderr[-3000:]}")
+        seconds, rss, malicious = json.loads(result.stdout.strip().splitlines()[-1])
+        base = base or seconds
+        rows.append([name, str(malicious), f"{seconds:.4f}", f"{seconds / base:.2f}×", f"{rss:.2f}"])
+    caption = (f"W10 W0's round with A-hum clients{' [tiny synthetic]' if args.tiny else ''} (general path, "
+               f"{args.rounds} timed rounds after 2 warm-up; 10 synthetic users and 30 mining steps per malicious "
+               f"client, attack.lr 0.01: at W0's client lr of 10 the mined users diverge); {machine(args.device)}")
+    return write_table(out, "w10", ["W10 case", "malicious clients", "s / round", "vs no attack", "peak RSS GB"],
+                       rows, caption)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workloads", default="w0,w1,w2,w3,w4,w5,w6,w7,w8,w9", help="comma-separated: w0 … w9")
+    parser.add_argument("--workloads", default="w0,w1,w2,w3,w4,w5,w6,w7,w8,w9,w10", help="comma-separated: w0 … w10")
+    parser.add_argument("--case", type=int, default=None, help=argparse.SUPPRESS)  # W10: one case, in-process
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--loop-rounds", type=int, default=3)
     parser.add_argument("--out", default="outputs/bench")
@@ -539,7 +581,8 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     workloads = args.workloads.split(",")
-    others = {"w4": bench_w4, "w5": bench_w5, "w6": bench_w6, "w7": bench_w7, "w8": bench_w8, "w9": bench_w9}
+    others = {"w4": bench_w4, "w5": bench_w5, "w6": bench_w6, "w7": bench_w7, "w8": bench_w8, "w9": bench_w9,
+              "w10": bench_w10}
     unknown = sorted(set(workloads) - {*TRAIN, *others})
     if unknown:
         parser.error(f"--workloads: unknown {', '.join(unknown)}; allowed: {', '.join([*TRAIN, *others])}")

@@ -1,21 +1,62 @@
 """Attacks: malicious clients that take part in rounds.
 
-The threat model is in the signature: an attacker is a client, so it receives what a client
+The threat model is in the signatures: an attacker is a client, so it receives what a client
 receives — the public model view of the round (``PublicParams``: the item table and the shared
-weights it downloads) and the round's context — plus only what it declares in ``needs``
+weights it downloads), the round's context and the protocol a client runs (``AttackSetup``: the
+model's architecture, the client learning rate) — plus only what it declares in ``needs``
 (``known_interactions``: a sample of benign interactions; ``fabricated_data``: its own synthetic
 users). It never sees benign uploads, private rows or the client store. The round appends the
-uploads it crafts to the benign ones before the guards and the defense.
+uploads it crafts to the benign ones before the guards and the defense. Malicious clients are
+extra participants: they are not users of the split, so they never count in evaluation.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import ClassVar
 
-from fedrun.backbone.base import PublicParams
+import torch
+
+from fedrun.backbone.base import Backbone, PublicParams
+from fedrun.errors import check, check_choice
 from fedrun.types import RoundContext, Uploads
 
 NEEDS = ("model_view", "known_interactions", "fabricated_data")
+
+
+@dataclass
+class AttackConfig:
+    fraction: float = 0.001  # malicious clients per benign user (A-hum code: int(n_users × fraction), ≥ 1)
+    targets: str = "least_popular"  # least_popular (over train + test) | random (target_seed) | explicit
+    n_targets: int = 1  # how many target items (least_popular, random)
+    target_ids: list[int] = field(default_factory=list)  # targets=explicit: the item ids
+    target_seed: int = 0  # targets=random: its own seed (not the data's, not the training's)
+    participation: str = "every_round"  # every_round (the reference code) | sampled (like benign clients)
+    lr: float | None = None  # step of a malicious upload (−lr × gradient); null: the method's client lr
+
+    def __post_init__(self) -> None:
+        check(0 < self.fraction < 1, "fraction", self.fraction, "a number in (0, 1) of malicious clients per user")
+        check_choice("targets", self.targets, ("least_popular", "random", "explicit"))
+        check(self.n_targets >= 1, "n_targets", self.n_targets, "an integer >= 1")
+        check(self.targets != "explicit" or len(self.target_ids) >= 1, "target_ids", self.target_ids,
+              "a non-empty list of item ids with targets=explicit")
+        check_choice("participation", self.participation, ("every_round", "sampled"))
+        check(self.lr is None or self.lr > 0, "lr", self.lr, "a number > 0 or null")
+
+
+@dataclass(frozen=True)
+class AttackSetup:
+    """What the attacker knows before the first round: the protocol (architecture, client lr), how
+    many benign users there are (to size itself), the share of clients a round samples, its target
+    items and its own seed."""
+
+    backbone: Backbone
+    n_users: int
+    round_share: float  # clients per round / clients (``participation=sampled``)
+    client_lr: float
+    targets: torch.Tensor  # [T] item ids
+    seed: int
+    device: torch.device
 
 
 class Attack:
@@ -25,6 +66,9 @@ class Attack:
 
     def __init__(self, config):
         self.config = config
+
+    def setup(self, setup: AttackSetup) -> None:
+        """Called once the data is loaded, before the first round."""
 
     def craft(self, view: PublicParams, ctx: RoundContext) -> Uploads | None:
         """The malicious clients' uploads this round, crafted from the model view (None: none join).

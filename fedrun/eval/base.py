@@ -11,6 +11,7 @@ import torch
 from fedrun.data.client_store import ClientStore
 from fedrun.data.splits import Split
 from fedrun.errors import check
+from fedrun.eval.exposure import exposure
 from fedrun.eval.metrics import RANKING_METRICS, RATING_METRICS, rating_errors
 from fedrun.method.base import Method
 
@@ -23,6 +24,7 @@ class EvalConfig:
     kind: str = "auto"  # auto (rating metrics for mse backbones) | ranking | rating
     monitor: str = "ndcg_at_10"  # validation metric shown in the progress bar; sim.patience / keep_best select on it
     clip_ratings: bool = True  # rating metrics: clip predictions to the training ratings' range
+    er_ks: list[int] = field(default_factory=lambda: [5, 10, 20, 30])  # ER@K cut-offs (runs with an attack)
 
     def __post_init__(self) -> None:
         check(len(self.ks) >= 1 and all(k >= 1 for k in self.ks), "ks", self.ks, "a non-empty list of integers >= 1")
@@ -30,6 +32,8 @@ class EvalConfig:
         check(not bad and len(self.metrics) >= 1, "metrics", self.metrics,
               "a non-empty list drawn from " + ", ".join(RANKING_METRICS))
         check(self.kind in ("auto", "ranking", "rating"), "kind", self.kind, "one of auto, ranking, rating")
+        check(len(self.er_ks) >= 1 and all(k >= 1 for k in self.er_ks), "er_ks", self.er_ks,
+              "a non-empty list of integers >= 1")
 
 
 class Evaluator:
@@ -43,6 +47,11 @@ class Evaluator:
         self.stores = {name: ClientStore.from_interactions(part, device)
                        for name, part in (("train", split.train), ("valid", split.valid), ("test", split.test))
                        if part is not None}
+        self.targets: torch.Tensor | None = None  # attack targets: ER@K is reported beside the metrics
+
+    def watch_targets(self, targets: torch.Tensor) -> None:
+        """Report the exposure of these items (ER@K, target NDCG@K) with every evaluation."""
+        self.targets = targets
 
     def history(self, part: str) -> list[ClientStore]:
         """The user's history when ``part`` is predicted: train, then validation at test time."""
@@ -55,7 +64,15 @@ class Evaluator:
 
     @torch.no_grad()
     def evaluate(self, method: Method, part: str) -> dict[str, float]:
-        """Metrics of ``method`` on ``part`` (valid | test), prefixed by nothing."""
+        """Metrics of ``method`` on ``part`` (valid | test), prefixed by nothing; with attack targets,
+        their exposure beside them (the same whichever part: ``fedrun.eval.exposure``)."""
+        metrics = self.evaluate_part(method, part)
+        if self.targets is not None:
+            metrics.update(exposure(method, self.stores, self.history("test"), self.targets, self.config.er_ks,
+                                    getattr(self.config, "memory_mb", 256), self.bytes_per_pair))
+        return metrics
+
+    def evaluate_part(self, method: Method, part: str) -> dict[str, float]:
         if self.rating:
             data = getattr(self.split, part)
             users = torch.as_tensor(data.user, device=self.device)

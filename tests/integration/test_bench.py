@@ -19,7 +19,7 @@ def test_bench_tiny_runs_every_workload(tmp_path):
                              "--loop-rounds", "1", "--out", str(tmp_path)],
                             capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
-    for name in ("w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9"):
+    for name in ("w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9", "w10"):
         assert (tmp_path / f"{name}.md").exists() and (tmp_path / f"{name}.csv").exists()
     assert (tmp_path / "w5.png").exists()
     # every training workload checked the loop against the general path before timing it

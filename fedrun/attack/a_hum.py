@@ -1,0 +1,51 @@
+"""A-hum: model poisoning with hard user mining (Rong et al., IJCAI 2022), as the A-hum authors'
+code runs it (``../shared/REFERENCE.md`` §2).
+
+As A-ra (``fedrun.attack.a_ra``), but before crafting its upload every round each malicious client
+mines its s synthetic users into "hard" users who dislike the targets: ``mining_steps`` (30) plain
+gradient steps at ``mining_lr`` (null: the upload's lr, the code's model lr) on BCE(score(u, t), 0)
+= softplus(score) w.r.t. the user embeddings only, with the downloaded item rows and shared weights
+frozen. Open point: mining starts every round from the fixed synthetic users (the code keeps no
+mined state between rounds). Vectorized over every malicious client's users at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from fedrun.attack.a_ra import ARA, ARAConfig
+from fedrun.backbone.base import PublicParams
+from fedrun.errors import check
+
+
+@dataclass
+class AHumConfig(ARAConfig):
+    mining_steps: int = 30  # gradient steps that make each synthetic user dislike the targets
+    mining_lr: float | None = None  # null: the upload's lr
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.mining_steps >= 0, "mining_steps", self.mining_steps, "an integer >= 0")
+        check(self.mining_lr is None or self.mining_lr > 0, "mining_lr", self.mining_lr, "a number > 0 or null")
+
+
+class AHum(ARA):
+    Config = AHumConfig
+
+    def synthetic(self, view: PublicParams, clients: torch.Tensor) -> torch.Tensor:
+        users = self.users[clients]  # [M', s, du]
+        M, s, du = users.shape
+        step = self.config.mining_lr if self.config.mining_lr is not None else self.lr
+        rows = view.item[self.targets].detach().unsqueeze(0).expand(M * s, -1, -1)  # [M's, T, di] frozen
+        net = {k: v.detach() for k, v in view.net.items()}
+        flat = users.reshape(M * s, du).detach()
+        with torch.enable_grad():
+            for _ in range(self.config.mining_steps):
+                flat = flat.requires_grad_(True)
+                loss = F.softplus(self.target_scores(flat, rows, net)).sum()  # BCE(t, 0), each user its own
+                (gradient,) = torch.autograd.grad(loss, flat)
+                flat = (flat - step * gradient).detach()
+        return flat.view(M, s, du)

@@ -1,0 +1,96 @@
+"""A-ra: model poisoning with random approximation (Rong, He, Chen, Zhang, Li, Ren, Li, IJCAI 2022,
+"Poisoning deep learning based recommender model in federated learning scenarios"), as the A-hum
+authors' code runs it (``../shared/REFERENCE.md`` §2).
+
+Each malicious client holds s synthetic users (``synthetic_users``, 10) whose embeddings are drawn
+once, u ~ N(0, σ²) with σ = ``init_std`` (0.01), from the attack's own seed — the random
+approximation of benign users. Every round it joins, a malicious client uploads the gradient of the
+"like the target" loss BCE(score(u, t), 1) = softplus(−score), averaged over its s users and summed
+over the targets, w.r.t. the targets' item rows and every shared weight, as a client's delta:
+−lr × gradient (``lr`` null: the method's client learning rate, so the server treats it as it treats
+a benign delta). The model view is the one the round's clients download.
+
+Vectorized: every malicious client's users and targets are one batch; each client differentiates
+its own copy of the shared weights (``[M, *shape]``), so the gradients are per client without a loop.
+Open points (config fields): the number of malicious clients is ⌊fraction × n_users⌋, at least 1
+(the code's int(n_users × fraction)); ``participation=every_round`` lets each join every round (the
+code shuffles them into every epoch; fedrun's rounds are its server steps), ``sampled`` lets each
+join a round with the benign clients' probability, drawn from the attack's seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from fedrun.attack.base import Attack, AttackConfig, AttackSetup
+from fedrun.backbone.base import PublicParams
+from fedrun.core.seeding import generator
+from fedrun.errors import check, check_positive
+from fedrun.types import RoundContext, Uploads
+
+
+@dataclass
+class ARAConfig(AttackConfig):
+    synthetic_users: int = 10  # s per malicious client
+    init_std: float = 0.01  # σ of the synthetic users' embeddings
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.synthetic_users >= 1, "synthetic_users", self.synthetic_users, "an integer >= 1")
+        check_positive("init_std", self.init_std)
+
+
+class ARA(Attack):
+    Config = ARAConfig
+    needs = frozenset({"model_view", "fabricated_data"})
+
+    def setup(self, setup: AttackSetup) -> None:
+        config = self.config
+        self.backbone, self.targets, self.seed = setup.backbone, setup.targets.to(setup.device), setup.seed
+        self.lr = config.lr if config.lr is not None else setup.client_lr
+        self.round_share = setup.round_share
+        self.n_clients = max(1, int(setup.n_users * config.fraction))
+        shape = (self.n_clients, config.synthetic_users, setup.backbone.user_width)
+        self.users = (torch.randn(shape, generator=generator(setup.seed, "attack-users")) * config.init_std
+                      ).to(setup.device)  # [M, s, du], fixed
+
+    def participants(self, ctx: RoundContext) -> torch.Tensor:
+        """[M'] the malicious clients that join round ``ctx.round``."""
+        everyone = torch.arange(self.n_clients, device=self.users.device)
+        if self.config.participation == "every_round":
+            return everyone
+        draw = torch.rand(self.n_clients, generator=generator(self.seed, "attack-participation", ctx.round))
+        return everyone[(draw < self.round_share).to(everyone.device)]
+
+    def synthetic(self, view: PublicParams, clients: torch.Tensor) -> torch.Tensor:
+        """[M', s, du] the users a malicious client approximates benign users with (A-ra: as drawn)."""
+        return self.users[clients]
+
+    def target_scores(self, users: torch.Tensor, rows: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor:
+        """users [N, du], rows [N, T, di], net shared or [N, *shape] → scores of the targets [N, T]."""
+        return self.backbone.score(users, rows, net)
+
+    def craft(self, view: PublicParams, ctx: RoundContext) -> Uploads | None:
+        clients = self.participants(ctx)
+        if clients.numel() == 0:
+            return None
+        with torch.enable_grad():
+            users = self.synthetic(view, clients).detach()  # [M', s, du]
+            M, s, du = users.shape
+            T = self.targets.numel()
+            rows = view.item[self.targets].detach().unsqueeze(0).repeat(M, 1, 1).requires_grad_(True)  # [M', T, di]
+            net = {k: v.detach().unsqueeze(0).repeat(M, *([1] * v.dim())).requires_grad_(True)
+                   for k, v in view.net.items()}  # each client's own copy
+            scores = self.target_scores(users.reshape(M * s, du), rows.repeat_interleave(s, 0),
+                                        {k: v.repeat_interleave(s, 0) for k, v in net.items()})  # [M's, T]
+            loss = F.softplus(-scores).view(M, s, T).sum(2).mean(1)  # BCE(t, 1) per client [M']
+            grads = torch.autograd.grad(loss.sum(), [rows, *net.values()], allow_unused=True)
+        row_delta = -self.lr * grads[0]  # [M', T, di]
+        dense = {k: -self.lr * (g if g is not None else torch.zeros_like(net[k]))
+                 for k, g in zip(net, grads[1:])}
+        client = torch.arange(M, device=rows.device).repeat_interleave(T)
+        return Uploads(M, client, self.targets.repeat(M), row_delta.reshape(M * T, -1), dense,
+                       torch.ones(M, device=rows.device))

@@ -1,0 +1,195 @@
+"""Attacks: each attack's uploads against a per-client reference loop of the published algorithm,
+target choice, ER@K against brute force (with eligibility), bad input refused by name, and the
+attack raising the target's exposure end to end."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fedrun import experiment
+from fedrun.attack._targets import choose_targets
+from fedrun.attack.a_hum import AHum, AHumConfig
+from fedrun.attack.a_ra import ARA, ARAConfig
+from fedrun.attack.base import AttackConfig, AttackSetup
+from fedrun.backbone.ncf import NCF
+from fedrun.build import parse_config
+from fedrun.data.interactions import Interactions
+from fedrun.errors import ConfigError
+from fedrun.eval.exposure import exposure
+from fedrun.experiment import plan
+from fedrun.types import RoundContext
+from tests.conftest import SMALL, compose_cfg, needs_data
+
+
+def ncf_view(seed: int = 0):
+    backbone = NCF(parse_config(NCF.Config, {"dim": 8, "layers": [8, 8]}, "backbone"))
+    _, public = backbone.init_params(30, 20, torch.Generator().manual_seed(seed))
+    public.item.mul_(10)  # scores far from 0, so the mining has something to do
+    return backbone, public
+
+
+def attack_on(cls, config, backbone, targets=(3, 7), n_users=400):
+    attack = cls(config)
+    attack.setup(AttackSetup(backbone, n_users, 0.5, 0.05, torch.tensor(targets), seed=11, device=torch.device("cpu")))
+    return attack
+
+
+def reference_upload(backbone, public, users, targets, lr):
+    """One malicious client, one synthetic user at a time: mean over users of Σ_t BCE(score, 1),
+    differentiated w.r.t. the target rows and the shared weights (one copy)."""
+    rows = public.item[targets].clone().requires_grad_(True)
+    net = {k: v.clone().requires_grad_(True) for k, v in public.net.items()}
+    loss = 0
+    for u in users:
+        score = backbone.score(u.unsqueeze(0), rows.unsqueeze(0), net)[0]  # [T]
+        loss = loss + F.softplus(-score).sum() / len(users)
+    grads = torch.autograd.grad(loss, [rows, *net.values()])
+    return -lr * grads[0], {k: -lr * g for k, g in zip(net, grads[1:])}
+
+
+@pytest.mark.parametrize("cls,config", [(ARA, ARAConfig(fraction=0.01, synthetic_users=4)),
+                                        (AHum, AHumConfig(fraction=0.01, synthetic_users=4, mining_steps=5))])
+def test_uploads_equal_a_per_client_reference_loop(cls, config):
+    backbone, public = ncf_view()
+    attack = attack_on(cls, config, backbone)
+    assert attack.n_clients == 4  # int(400 × 0.01)
+    uploads = attack.craft(public, RoundContext(0, 0, 16))
+    targets = attack.targets
+    assert uploads.n_clients == 4 and uploads.row_item.tolist() == [3, 7] * 4
+    for client in range(4):
+        users = attack.users[client]
+        if cls is AHum:  # mined one user at a time, model frozen
+            mined = []
+            for u in users:
+                u = u.clone()
+                for _ in range(config.mining_steps):
+                    u.requires_grad_(True)
+                    score = backbone.score(u.unsqueeze(0), public.item[targets].unsqueeze(0), public.net)
+                    (g,) = torch.autograd.grad(F.softplus(score).sum(), u)
+                    u = (u - 0.05 * g).detach()
+                mined.append(u)
+            users = torch.stack(mined)
+            assert not torch.allclose(users, attack.users[client])
+        rows, dense = reference_upload(backbone, public, users, targets, 0.05)
+        mine = uploads.row_client == client
+        torch.testing.assert_close(uploads.row_delta[mine], rows, rtol=1e-4, atol=1e-7)
+        for name, value in dense.items():
+            torch.testing.assert_close(uploads.dense[name][client], value, rtol=1e-4, atol=1e-7)
+
+
+def test_mining_makes_the_synthetic_users_dislike_the_target():
+    backbone, public = ncf_view()
+    attack = attack_on(AHum, AHumConfig(fraction=0.01, mining_steps=30), backbone)
+    clients = torch.arange(attack.n_clients)
+    width = attack.users.shape[-1]
+    users = attack.users.reshape(-1, width)
+    rows = public.item[attack.targets].expand(users.shape[0], -1, -1)
+    before = attack.target_scores(users, rows, public.net)
+    after = attack.target_scores(attack.synthetic(public, clients).reshape(-1, width), rows, public.net)
+    assert float(after.mean()) < float(before.mean())
+
+
+def test_sampled_participation_draws_from_the_attack_seed():
+    backbone, public = ncf_view()
+    attack = attack_on(ARA, ARAConfig(fraction=0.1, participation="sampled"), backbone)
+    joined = [attack.participants(RoundContext(r, 0, 16)) for r in range(20)]
+    assert 0.3 < np.mean([j.numel() / attack.n_clients for j in joined]) < 0.7  # share 0.5
+    assert torch.equal(joined[3], attack.participants(RoundContext(3, 0, 16)))
+
+
+def interactions(user, item, n_users, n_items):
+    return Interactions(np.array(user), np.array(item), n_users, n_items)
+
+
+class FakeSplit:
+    def __init__(self, train, test):
+        self.train, self.test, self.n_items = train, test, train.n_items
+
+
+def test_targets_least_popular_random_and_explicit():
+    train = interactions([0, 0, 1, 1, 2], [0, 1, 0, 2, 0], 3, 6)
+    test = interactions([0, 2], [3, 1], 3, 6)  # counts: 0→3, 1→2, 2→1, 3→1, 4→0, 5→0
+    split = FakeSplit(train, test)
+    assert choose_targets(AttackConfig(n_targets=2), split).tolist() == [2, 3]  # items that occur, fewest first
+    first = choose_targets(AttackConfig(targets="random", n_targets=2, target_seed=5), split)
+    assert first.tolist() == choose_targets(AttackConfig(targets="random", n_targets=2, target_seed=5), split).tolist()
+    assert set(first.tolist()) <= {0, 1, 2, 3}
+    assert choose_targets(AttackConfig(targets="explicit", target_ids=[5]), split).tolist() == [5]
+    with pytest.raises(ConfigError, match="attack.target_ids"):
+        choose_targets(AttackConfig(targets="explicit", target_ids=[6]), split)
+    with pytest.raises(ConfigError, match="attack.n_targets"):
+        choose_targets(AttackConfig(n_targets=5), split)
+
+
+class FixedScores:
+    def __init__(self, scores):
+        self.scores = scores
+
+    def score_users(self, users, history=()):
+        return self.scores[users].clone()
+
+
+def test_exposure_equals_brute_force_with_eligibility():
+    from fedrun.data.client_store import ClientStore
+
+    gen = np.random.default_rng(0)
+    n_users, n_items = 40, 30
+    train = interactions(*zip(*[(u, i) for u in range(n_users) for i in gen.choice(n_items, 5, replace=False)]),
+                         n_users, n_items)
+    test = interactions(list(range(n_users)), gen.integers(0, n_items, n_users).tolist(), n_users, n_items)
+    scores = torch.tensor(gen.integers(0, 6, (n_users, n_items)), dtype=torch.float32)  # many ties
+    stores = {"train": ClientStore.from_interactions(train, torch.device("cpu")),
+              "test": ClientStore.from_interactions(test, torch.device("cpu"))}
+    targets = torch.tensor([4, 11])
+    got = exposure(FixedScores(scores), stores, [], targets, [1, 5], memory_mb=1)
+    known = {(u, i) for u, i in zip(train.user, train.item)} | {(u, i) for u, i in zip(test.user, test.item)}
+    for t in targets.tolist():
+        er = {1: [], 5: []}
+        for u in range(n_users):
+            if (u, t) in known:
+                continue  # not eligible
+            row = scores[u].clone()
+            row[[i for (v, i) in known if v == u]] = float("-inf")
+            rank = int((row >= row[t]).sum()) - 1
+            for k in er:
+                er[k].append(rank < k)
+        for k in er:
+            assert got[f"er_at_{k}_item{t}"] == pytest.approx(np.mean(er[k]))
+    assert got["er_at_5"] == pytest.approx(np.mean([got["er_at_5_item4"], got["er_at_5_item11"]]))
+
+
+@pytest.mark.parametrize("overrides,field", [
+    (["attack=a_ra", "attack.fraction=0"], "attack.fraction"),
+    (["attack=a_hum", "attack.fraction=1"], "attack.fraction"),
+    (["attack=a_hum", "attack.mining_steps=-1"], "attack.mining_steps"),
+    (["attack=a_ra", "attack.targets=explicit"], "attack.target_ids"),
+    (["attack=a_ra", "attack.participation=often"], "attack.participation"),
+    (["attack=a_hum", "method=fcf", "dataset.ratings=true", "backbone=pmf", "backbone.loss=mse"], "attack"),
+])
+def test_bad_attack_settings_are_refused_before_any_data_is_read(overrides, field, tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "nothing"))
+    with pytest.raises(ConfigError) as refused:
+        plan(compose_cfg(SMALL + overrides))
+    assert refused.value.field == field
+
+
+def test_a_target_outside_the_catalogue_is_refused_before_training():
+    cfg = compose_cfg(SMALL + ["attack=a_ra", "attack.targets=explicit", "attack.target_ids=[80]"])
+    with pytest.raises(ConfigError, match=r"attack.target_ids=\[80\] .* item ids in \[0, 80\)"):
+        experiment.build_run(cfg)
+
+
+@needs_data
+@pytest.mark.integration
+def test_a_ra_raises_the_targets_exposure_end_to_end():
+    """FedAvg-NCF on ml-100k for 3 epochs: 5% A-ra clients (47) put the least popular item into almost
+    every eligible user's top 5; with a negligible step (the same run otherwise) it stays out."""
+    base = ["dataset=ml-100k", "backbone=ncf", "track=none", "sim.progress=false", "sim.epochs=3", "eval.er_ks=[5]",
+            "attack=a_ra", "attack.fraction=0.05"]
+    clean = experiment.run(compose_cfg(base + ["attack.lr=1e-9"]))
+    attacked = experiment.run(compose_cfg(base + ["attack.lr=0.5"]))
+    assert clean.test["er_at_5"] < 0.05 and attacked.test["er_at_5"] > 0.5
+    assert "hr_at_10" in attacked.test  # the benign metrics stay beside the exposure
