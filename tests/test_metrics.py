@@ -136,3 +136,13 @@ def test_sampled_ranks_count_better_negatives():
             want.append(1 / (1 + sum(1 for n in negatives[b].tolist() if n >= t)))
     got = evaluator.evaluate(FixedScores(scores), "test")
     assert got["mrr_at_100"] == pytest.approx(np.mean(want))
+
+
+def test_precision_is_hits_over_k():
+    from fedrun.eval.metrics import from_ranks
+
+    ranks = torch.tensor([[0, 3, MISS], [7, MISS, MISS]])
+    mask = torch.tensor([[True, True, True], [True, False, False]])
+    out = from_ranks(ranks, mask, [5], ["precision", "recall"])
+    assert out["precision_at_5"].tolist() == [2 / 5, 0.0]
+    assert out["recall_at_5"].tolist() == [2 / 3, 0.0]

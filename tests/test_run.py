@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from mlflow.tracking import MlflowClient
 
 from fedrun import experiment
@@ -259,3 +260,37 @@ def test_report_counts_the_latest_of_rerun_seeds_and_lists_the_others():
     assert sorted(kept["run_id"]) == ["a", "b", "failed", "new"]  # failed runs stay, to be listed
     _, rows = summarize(kept, ["test_hr_at_10"])
     assert rows == [["fedcl", "ncf", "beauty", "3", "0.2000 ± 0.1000"]]
+
+
+def test_test_every_logs_learning_curves_without_selecting():
+    """sim.test_every=1: the test metrics of every epoch but the last are logged at that epoch's step,
+    and the final test is the last model's (nothing is selected on them)."""
+    from fedrun.track.base import Tracker
+
+    class Recorder(Tracker):
+        def __init__(self):
+            super().__init__(None)
+            self.steps = {}
+
+        def log_metrics(self, metrics, step):
+            for name in metrics:
+                self.steps.setdefault(name, []).append(step)
+
+    built = experiment.build_run(compose_cfg(SMALL + ["sim.epochs=3", "sim.test_every=1", "sim.eval_every=0"]))
+    recorder = Recorder()
+    from fedrun.simulator.loop import run_loop
+
+    run_loop(built.trainer, built.evaluator, recorder, built.plan.sim, "t")
+    per_epoch = built.trainer.rounds_per_epoch()
+    assert recorder.steps["test_ndcg_at_10"] == [per_epoch, 2 * per_epoch, 3 * per_epoch]
+
+
+def test_negatives_drawn_once_stay_the_same_every_round():
+    from tests.conftest import make_method, round_of
+
+    fixed, _ = make_method(["method.resample_negatives=false", "sim.fast_path=off"])
+    fresh, _ = make_method(["sim.fast_path=off"])
+    users = round_of(fixed).sampler.users(0)
+    first, later = fixed.problems(users, 0), fixed.problems(users, 7)
+    assert all(torch.equal(a.items, b.items) for a, b in zip(first, later))
+    assert not all(torch.equal(a.items, b.items) for a, b in zip(fresh.problems(users, 0), fresh.problems(users, 7)))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 MISS = torch.iinfo(torch.int64).max
-RANKING_METRICS = ("hr", "recall", "ndcg", "mrr")
+RANKING_METRICS = ("hr", "recall", "precision", "ndcg", "mrr")
 RATING_METRICS = ("mae", "rmse")  # lower is better
 
 
@@ -17,7 +17,7 @@ def from_ranks(ranks: torch.Tensor, target_mask: torch.Tensor, ks: list[int],
                names: list[str]) -> dict[str, torch.Tensor]:
     """ranks [U, T] (MISS for misses), target_mask [U, T] → {metric_at_k: per-user values [U]}.
 
-    HR@K: 1 if any target is in the top K. Recall@K: hits / #targets. NDCG@K: Σ_hits
+    HR@K: 1 if any target is in the top K. Recall@K: hits / #targets. Precision@K: hits / K. NDCG@K: Σ_hits
     1/log2(rank+2) over the ideal DCG of min(#targets, K) hits. MRR@K: 1/(rank+1) of the
     best-ranked target in the top K.
     """
@@ -31,6 +31,7 @@ def from_ranks(ranks: torch.Tensor, target_mask: torch.Tensor, ks: list[int],
         values = {
             "hr": hit.any(1).to(torch.float64),
             "recall": hit.sum(1).to(torch.float64) / n_float,
+            "precision": hit.sum(1).to(torch.float64) / k,
             "ndcg": (gain * hit).sum(1) / ideal[n_targets.clamp_max(k) - 1],
             "mrr": (hit * (1.0 / (ranks.clamp_max(1 << 30).to(torch.float64) + 1))).amax(1),
         }

@@ -10,7 +10,7 @@ with the server optimizer (``OptimizerServer``).
 
 Open points and choices: a local epoch is one full-batch step over the client's data;
 client optimizer state is fresh every round (clients are stateless between rounds);
-negatives are resampled every round.
+negatives are resampled every round (``resample_negatives=false``: drawn once, the A-hum code).
 
 FedSGD fast path (DESIGN.md principle 4): with one local plain-SGD step, no privacy
 transform, no attack and a linear aggregation rule, the aggregate of per-client deltas
@@ -27,7 +27,6 @@ import torch
 
 from fedrun.backbone.base import PublicParams
 from fedrun.backbone.losses import example_sq_norms, per_client_loss
-from fedrun.core.seeding import derive_seed
 from fedrun.data.negatives import sample_flat_negatives
 from fedrun.defense.base import Defense
 from fedrun.errors import check
@@ -41,7 +40,8 @@ from fedrun.sim.server_opt import ServerOptimizerConfig
 @dataclass
 class FedAvgConfig:
     optimizer: ClientOptimizer = field(default_factory=lambda: ClientOptimizer("sgd", 10.0))
-    num_negatives: int = 1  # negatives per positive, resampled each round (ignored for mse)
+    num_negatives: int = 1  # negatives per positive (ignored for mse)
+    resample_negatives: bool = True  # draw them afresh every round | false: once, for the whole run (A-hum code)
     server_optimizer: ServerOptimizerConfig = field(default_factory=ServerOptimizerConfig)
 
     def __post_init__(self) -> None:
@@ -59,6 +59,9 @@ class FedAvg(FederatedMethod):
     def fast_path_exact(self) -> bool:
         return self.fedsgd_exact()
 
+    def negative_seed(self, round_index: int) -> int:
+        return super().negative_seed(round_index if self.config.resample_negatives else 0)
+
     def make_server(self, public: PublicParams) -> Server:
         return OptimizerServer(public, self.config.server_optimizer)
 
@@ -72,7 +75,7 @@ class FedAvg(FederatedMethod):
         sizes = env.train.sizes(users).to(torch.float32)  # [B]
         candidates = items.unsqueeze(1)  # [N, 1 + n]: the positive, then its negatives
         if n_neg:
-            seed = derive_seed(env.sim.seed, "negatives", round_index)
+            seed = self.negative_seed(round_index)
             negatives = sample_flat_negatives(users, owner, position, items, n_neg, env.n_items, seed)
             candidates = torch.cat([candidates, negatives], 1)
         pairs, pair_of = torch.unique(owner.unsqueeze(1) * env.n_items + candidates, return_inverse=True)

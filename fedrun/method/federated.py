@@ -284,7 +284,7 @@ class FederatedMethod(Method):
     def problems(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None) -> list[LocalProblem]:
         """The round's buckets of local problems (``sent``: what ``exchange`` gave the clients)."""
         env = self.env
-        seed = derive_seed(env.sim.seed, "negatives", round_index)
+        seed = self.negative_seed(round_index)
         out = []
         for _, batch in env.client_batches(users, 1 + self.num_negatives):
             negatives = None
@@ -293,6 +293,10 @@ class FederatedMethod(Method):
                                                    env.n_items, seed)
             out.append(local_problem(batch, negatives, env.n_items))
         return out
+
+    def negative_seed(self, round_index: int) -> int:
+        """The seed of round ``round_index``'s negatives (keyed per client and position under it)."""
+        return derive_seed(self.env.sim.seed, "negatives", round_index)
 
     # -- accounting ------------------------------------------------------------------------
     def traffic(self, rows: torch.Tensor, uploads: Uploads | None) -> Traffic:

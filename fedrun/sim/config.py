@@ -18,6 +18,7 @@ class SimConfig:
     local_epochs: int = 1  # local full-batch steps per round
     max_rounds: int | None = None  # stop after this many rounds (0: evaluate the initial model)
     eval_every: int = 1  # validate every N epochs (0: only the final test)
+    test_every: int = 0  # also test every N epochs, for learning curves (never used to select; 0: only at the end)
     patience: int | None = None  # stop after this many validations without a better eval.monitor (null: never)
     keep_best: bool = False  # test the model of the best validation eval.monitor instead of the last one
     device: str = "auto"  # auto | cpu | cuda | cuda:N
@@ -40,6 +41,7 @@ class SimConfig:
         check(self.local_epochs >= 1, "local_epochs", self.local_epochs, "an integer >= 1")
         check(self.max_rounds is None or self.max_rounds >= 0, "max_rounds", self.max_rounds, "null or an integer >= 0")
         check(self.eval_every >= 0, "eval_every", self.eval_every, "an integer >= 0")
+        check(self.test_every >= 0, "test_every", self.test_every, "an integer >= 0")
         check(self.patience is None or self.patience >= 1, "patience", self.patience, "null or an integer >= 1")
         check(self.buckets >= 1, "buckets", self.buckets, "an integer >= 1")
         check(self.min_bucket_clients >= 1, "min_bucket_clients", self.min_bucket_clients, "an integer >= 1")

@@ -83,6 +83,11 @@ def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimC
                 tracker.log_metrics({f"valid_{k}": v for k, v in state.valid.items()}, step=round_index + 1)
                 if sim.selects_on_validation:
                     _track_best(state, method, evaluator, sim.keep_best, round_index + 1)
+            if sim.test_every and epoch_done and epoch % sim.test_every == 0 and round_index + 1 < n_rounds:
+                started = time.perf_counter()
+                curve = evaluator.evaluate(method, "test")  # a learning curve: logged, never used to select
+                state.eval_seconds += time.perf_counter() - started
+                tracker.log_metrics({f"test_{k}": v for k, v in curve.items()}, step=round_index + 1)
             state.next_round = round_index + 1
             _progress(bar, epoch, stats.loss, state.valid, evaluator.config.monitor)
             if save is not None and (stop.requested or (sim.checkpoint_every and
