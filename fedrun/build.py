@@ -100,6 +100,11 @@ def check_combination(method_cls: type, method_config: Any, backbone: Any, priva
           f"attack=none for {method}: {needs.no_attack}")
     check(not (needs.exact_sum and not defense.offers_exact_sum), "defense", name("defense", defense),
           f"a linear rule with unit weights (mean with weighting=uniform, or sum) for {method}: {needs.exact_sum}")
+    offered = method_cls.offers(method_config) | {"fabricated_data", "known_interactions"}
+    missing = sorted(set(attack.needs) - offered)
+    check(not missing, "attack", name("attack", attack),
+          f"an attack that needs no {', '.join(missing)} for {method}: the method offers a malicious client "
+          f"{', '.join(sorted(method_cls.offers(method_config)))} only")
     protected = list(privacy.targets)
     check("user_embedding" not in protected or method_cls.shares_embeddings(method_config), "privacy.targets",
           protected, f"[item_rows] for {method} with these settings: it uploads no user embedding, so the "

@@ -117,8 +117,9 @@ def build_run(cfg: DictConfig) -> Built:
     if p.attack.active and isinstance(p.attack.config, AttackConfig):
         targets = choose_targets(p.attack.config, split)
         share = trainer.sampler.per_round / trainer.sampler.clients.numel()  # a benign client's odds per round
+        step = method.fabricated_step if "client_step" in type(method).offers(p.method_config) else None
         p.attack.setup(AttackSetup(p.backbone, split.n_users, share, client_lr(p.method_config, p.attack.config),
-                                   targets, derive_seed(p.sim.seed, "attack"), env.device))
+                                   targets, derive_seed(p.sim.seed, "attack"), env.device, split.n_items, step))
         evaluator.watch_targets(targets)
         log.info("attack: %d malicious clients promote item(s) %s", getattr(p.attack, "n_clients", 0),
                  targets.tolist())

@@ -95,9 +95,9 @@ def test_mining_makes_the_synthetic_users_dislike_the_target():
 def test_sampled_participation_draws_from_the_attack_seed():
     backbone, public = ncf_view()
     attack = attack_on(ARA, ARAConfig(fraction=0.1, participation="sampled"), backbone)
-    joined = [attack.participants(RoundContext(r, 0, 16)) for r in range(20)]
+    joined = [attack.joining(RoundContext(r, 0, 16)) for r in range(20)]
     assert 0.3 < np.mean([j.numel() / attack.n_clients for j in joined]) < 0.7  # share 0.5
-    assert torch.equal(joined[3], attack.participants(RoundContext(3, 0, 16)))
+    assert torch.equal(joined[3], attack.joining(RoundContext(3, 0, 16)))
 
 
 def interactions(user, item, n_users, n_items):
@@ -193,3 +193,44 @@ def test_a_ra_raises_the_targets_exposure_end_to_end():
     attacked = experiment.run(compose_cfg(base + ["attack.lr=0.5"]))
     assert clean.test["er_at_5"] < 0.05 and attacked.test["er_at_5"] > 0.5
     assert "hr_at_10" in attacked.test  # the benign metrics stay beside the exposure
+
+
+@pytest.mark.parametrize("attack", ["eb", "ra"])
+def test_fake_clients_are_ordinary_clients_on_fabricated_data(attack):
+    """A round with EB / RA clients equals the per-client oracle loop run over the benign clients and
+    the fake ones (their own rows, their fabricated positives, negatives drawn as a benign client's)."""
+    from fedrun.data.negatives import sample_batch_negatives
+    from fedrun.types import ClientBatch
+    from tests.oracle.fedavg_loop import fedavg_round
+    from tests.test_oracle import clients_of
+
+    cfg = compose_cfg(SMALL + ["backbone=ncf", "sim.fast_path=off", f"attack={attack}", "attack.fraction=0.05"]
+                      + (["attack.items_limit=6"] if attack == "ra" else []))
+    built = experiment.build_run(cfg)
+    method, rounds, fake = built.method, built.trainer, built.plan.attack
+    n_users = method.env.n_users
+    for r in range(2):
+        users = rounds.sampler.users(r)
+        benign = clients_of(method.problems(users, r))
+        pos = fake.items
+        batch = ClientBatch(n_users + torch.arange(fake.n_clients), pos, torch.ones_like(pos, dtype=torch.bool), None)
+        negatives = sample_batch_negatives(batch.users, pos, batch.pos_mask, method.num_negatives, method.env.n_items,
+                                           method.negative_seed(r))
+        fakes = [(n_users + m, pos[m], negatives[m], None) for m in range(fake.n_clients)]
+        table = torch.cat([method.private.user, fake.user]).clone()
+        public = method.public.clone()
+        fedavg_round(method.env.backbone, table, public, benign + fakes, method.config.optimizer, 1)
+        rounds.train_round(r)
+        torch.testing.assert_close(method.public.item, public.item, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(fake.user, table[n_users:], rtol=1e-4, atol=1e-6)  # kept on the fake clients
+    if attack == "eb":
+        assert (fake.items == built.evaluator.targets).all()
+    else:
+        assert fake.items.shape == (fake.n_clients, 6) and (fake.items[:, 0] == built.evaluator.targets[0]).all()
+        assert all(len(set(row.tolist())) == 6 for row in fake.items)
+
+
+def test_fake_client_attacks_need_a_method_that_offers_its_client_step():
+    with pytest.raises(ConfigError, match=r"attack='eb' .* method=fedcl: the method offers a malicious client "
+                                          r"model_view only"):
+        plan(compose_cfg(SMALL + ["attack=eb", "method=fedcl"]))

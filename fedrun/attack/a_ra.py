@@ -49,21 +49,12 @@ class ARA(Attack):
 
     def setup(self, setup: AttackSetup) -> None:
         config = self.config
-        self.backbone, self.targets, self.seed = setup.backbone, setup.targets.to(setup.device), setup.seed
+        self.backbone, self.targets = setup.backbone, setup.targets.to(setup.device)
         self.lr = config.lr if config.lr is not None else setup.client_lr
-        self.round_share = setup.round_share
-        self.n_clients = max(1, int(setup.n_users * config.fraction))
+        self.enlist(setup)
         shape = (self.n_clients, config.synthetic_users, setup.backbone.user_width)
         self.users = (torch.randn(shape, generator=generator(setup.seed, "attack-users")) * config.init_std
                       ).to(setup.device)  # [M, s, du], fixed
-
-    def participants(self, ctx: RoundContext) -> torch.Tensor:
-        """[M'] the malicious clients that join round ``ctx.round``."""
-        everyone = torch.arange(self.n_clients, device=self.users.device)
-        if self.config.participation == "every_round":
-            return everyone
-        draw = torch.rand(self.n_clients, generator=generator(self.seed, "attack-participation", ctx.round))
-        return everyone[(draw < self.round_share).to(everyone.device)]
 
     def synthetic(self, view: PublicParams, clients: torch.Tensor) -> torch.Tensor:
         """[M', s, du] the users a malicious client approximates benign users with (A-ra: as drawn)."""
@@ -74,7 +65,7 @@ class ARA(Attack):
         return self.backbone.score(users, rows, net)
 
     def craft(self, view: PublicParams, ctx: RoundContext) -> Uploads | None:
-        clients = self.participants(ctx)
+        clients = self.joining(ctx)
         if clients.numel() == 0:
             return None
         with torch.enable_grad():

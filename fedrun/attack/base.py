@@ -13,15 +13,16 @@ extra participants: they are not users of the split, so they never count in eval
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, Callable, ClassVar
 
 import torch
 
 from fedrun.backbone.base import Backbone, PublicParams
+from fedrun.core.seeding import generator
 from fedrun.errors import check, check_choice
-from fedrun.types import RoundContext, Uploads
+from fedrun.types import ClientBatch, RoundContext, Uploads
 
-NEEDS = ("model_view", "known_interactions", "fabricated_data")
+NEEDS = ("model_view", "client_step", "known_interactions", "fabricated_data")
 
 
 @dataclass
@@ -57,6 +58,8 @@ class AttackSetup:
     targets: torch.Tensor  # [T] item ids
     seed: int
     device: torch.device
+    n_items: int = 0  # the catalogue the clients download
+    client_step: Callable[[ClientBatch, torch.Tensor, int], Any] | None = None  # the benign client software
 
 
 class Attack:
@@ -69,6 +72,21 @@ class Attack:
 
     def setup(self, setup: AttackSetup) -> None:
         """Called once the data is loaded, before the first round."""
+
+    def enlist(self, setup: AttackSetup) -> None:
+        """Size the malicious population: ⌊fraction × n_users⌋ clients, at least 1 (the A-hum code's
+        int(n_users × fraction)), and remember what ``joining`` draws from."""
+        self.n_clients = max(1, int(setup.n_users * self.config.fraction))
+        self.round_share, self.seed, self.device = setup.round_share, setup.seed, setup.device
+
+    def joining(self, ctx: RoundContext) -> torch.Tensor:
+        """[M'] the malicious clients that join round ``ctx.round``: all (``every_round``), or each with
+        a benign client's odds of being sampled (``sampled``), drawn from the attack's own seed."""
+        everyone = torch.arange(self.n_clients, device=self.device)
+        if self.config.participation == "every_round":
+            return everyone
+        draw = torch.rand(self.n_clients, generator=generator(self.seed, "attack-participation", ctx.round))
+        return everyone[(draw < self.round_share).to(everyone.device)]
 
     def craft(self, view: PublicParams, ctx: RoundContext) -> Uploads | None:
         """The malicious clients' uploads this round, crafted from the model view (None: none join).

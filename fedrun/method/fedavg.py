@@ -27,14 +27,16 @@ import torch
 
 from fedrun.backbone.base import PublicParams
 from fedrun.backbone.losses import example_sq_norms, per_client_loss
-from fedrun.data.negatives import sample_flat_negatives
+from fedrun.data.negatives import sample_batch_negatives, sample_flat_negatives
 from fedrun.defense.base import Defense
 from fedrun.errors import check
-from fedrun.method.federated import FastRound, FederatedMethod
+from fedrun.method.federated import ClientResult, FastRound, FederatedMethod
 from fedrun.method.server import OptimizerServer, Server
+from fedrun.sim.batching import local_problem
 from fedrun.sim.local import ClientOptimizer
 from fedrun.sim.rows import gather_rows
 from fedrun.sim.server_opt import ServerOptimizerConfig
+from fedrun.types import ClientBatch
 
 
 @dataclass
@@ -58,6 +60,17 @@ class FedAvg(FederatedMethod):
 
     def fast_path_exact(self) -> bool:
         return self.fedsgd_exact()
+
+    @classmethod
+    def offers(cls, config: FedAvgConfig) -> frozenset[str]:
+        return frozenset({"model_view", "client_step"})
+
+    def fabricated_step(self, batch: ClientBatch, user: torch.Tensor, round_index: int) -> ClientResult:
+        negatives = None
+        if self.num_negatives:
+            negatives = sample_batch_negatives(batch.users, batch.pos, batch.pos_mask, self.num_negatives,
+                                               self.env.n_items, self.negative_seed(round_index))
+        return self.local_step(local_problem(batch, negatives, self.env.n_items), user)
 
     def negative_seed(self, round_index: int) -> int:
         return super().negative_seed(round_index if self.config.resample_negatives else 0)

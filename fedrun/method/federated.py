@@ -36,7 +36,7 @@ from fedrun.sim.env import RunEnv
 from fedrun.sim.guards import UploadSchema
 from fedrun.sim.local import problem_loss, train_local
 from fedrun.sim.rows import LOCAL, RowReducer
-from fedrun.types import Aggregate, RoundContext, Uploads
+from fedrun.types import Aggregate, ClientBatch, RoundContext, Uploads
 
 
 @dataclass(frozen=True)
@@ -137,6 +137,19 @@ class FederatedMethod(Method):
         return Needs()
 
     @classmethod
+    def offers(cls, config: Any) -> frozenset[str]:
+        """What a malicious client of this protocol can use beyond the public model view:
+        ``client_step`` — the benign client step run on fabricated data (``fabricated_step``)."""
+        return frozenset({"model_view"})
+
+    def fabricated_step(self, batch: ClientBatch, user: torch.Tensor, round_index: int) -> ClientResult:
+        """The benign client step, as the protocol's client software runs it, for clients outside the
+        split (an attacker's fabricated users, ids ≥ n_users) holding their own private rows ``user``
+        [B, du]: their negatives drawn as a benign client's, then the same local training. Methods
+        that offer ``client_step`` implement it."""
+        raise NotImplementedError(f"{type(self).__name__} offers no client step for fabricated clients")
+
+    @classmethod
     def shares_embeddings(cls, config: Any) -> bool:
         """Whether clients upload a user embedding (what ``privacy`` target ``user_embedding`` protects)."""
         return False
@@ -177,13 +190,17 @@ class FederatedMethod(Method):
         """Vectorized over the bucket's clients. Default: ``sim.local_epochs`` steps of
         ``config.optimizer`` on ``local_loss``; upload the deltas of the touched item rows and of
         the shared weights; the user row stays."""
+        return self.local_step(problem, self.private.user[problem.batch.users])
+
+    def local_step(self, problem: LocalProblem, user0: torch.Tensor) -> ClientResult:
+        """The default client step from the clients' private rows ``user0`` [B, du]."""
         users = problem.batch.users
         item0 = self.public.item[problem.items]  # [B, Lu, di]
 
         def loss_fn(user, item, net):
             return self.local_loss(problem, user, item, net)
 
-        result = train_local(self.env.backbone, problem, self.private.user[users], item0, self.public.net,
+        result = train_local(self.env.backbone, problem, user0, item0, self.public.net,
                              self.config.optimizer, self.env.sim.local_epochs, loss_fn)
         client, slot = problem.item_mask.nonzero(as_tuple=True)  # [R], [R]
         uploads = Uploads(users.numel(), client, problem.items[client, slot], result.item_delta[client, slot],

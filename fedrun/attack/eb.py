@@ -1,0 +1,25 @@
+"""EB, explicit boosting (the A-hum code's baseline): a malicious client is an ordinary client whose
+only positives are the target items, trained like a benign client (its negatives drawn as a benign
+client's) — what a fake account that interacts with the target alone uploads. Shared mechanics:
+``fedrun.attack._fabricated``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fedrun.attack._fabricated import FabricatedClients
+from fedrun.attack.base import AttackConfig, AttackSetup
+
+
+@dataclass
+class EBConfig(AttackConfig):
+    pass
+
+
+class EB(FabricatedClients):
+    Config = EBConfig
+
+    def fabricated_items(self, setup: AttackSetup) -> torch.Tensor:
+        return self.targets.unsqueeze(0).expand(self.n_clients, -1).clone()  # [M, T]

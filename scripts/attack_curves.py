@@ -1,0 +1,97 @@
+"""Per-epoch curves of an attack preset's runs (``fedrun -m +experiment=attacks/ahum_code``): test ER@K of
+the target and the benign utility metrics per epoch, mean ± std over seeds, one line per attack — PNG,
+CSV and a Markdown table of the final epoch.
+
+    python scripts/attack_curves.py [--experiment attacks-ahum-code] [--out docs/reproductions/attacks]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from mlflow.tracking import MlflowClient  # noqa: E402
+
+from fedrun.report.table import markdown  # noqa: E402
+from fedrun.track.mlflow import default_uri  # noqa: E402
+
+METRICS = ["test_er_at_5", "test_er_at_10", "test_er_at_20", "test_er_at_30", "test_recall_at_20",
+           "test_precision_at_20", "test_ndcg_at_20"]
+
+
+def histories(client: MlflowClient, experiment_id: str) -> pd.DataFrame:
+    """One row per (run, metric, step) of the finished runs: attack, defense, dataset, seed, epoch, value."""
+    rows = []
+    for run in client.search_runs([experiment_id], "attributes.status = 'FINISHED'", max_results=10_000):
+        tags, params = run.data.tags, run.data.params
+        points = {metric: client.get_metric_history(run.info.run_id, metric) for metric in METRICS}
+        steps = [p.step for history in points.values() for p in history]
+        per_epoch = max(1, min(steps)) if steps else 1  # the first curve point is the end of epoch 1
+        for metric, history in points.items():
+            for point in history:
+                rows.append({"attack": tags.get("fedrun.attack", "none"), "defense": tags.get("fedrun.defense", ""),
+                             "dataset": tags.get("fedrun.dataset", ""), "seed": int(params.get("sim.seed", 0)),
+                             "metric": metric, "epoch": point.step // per_epoch, "value": point.value})
+    return pd.DataFrame(rows)
+
+
+def summary(frame: pd.DataFrame) -> pd.DataFrame:
+    keys = ["dataset", "defense", "attack", "metric", "epoch"]
+    out = frame.groupby(keys)["value"].agg(["mean", "std", "count"]).reset_index()
+    return out.sort_values(keys)
+
+
+def plot(table: pd.DataFrame, path: Path, title: str) -> None:
+    shown = ["test_er_at_5", "test_er_at_20", "test_recall_at_20", "test_ndcg_at_20"]
+    fig, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 3.6))
+    for ax, metric in zip(axes, shown):
+        for attack, part in table[table["metric"] == metric].groupby("attack"):
+            ax.errorbar(part["epoch"], part["mean"], yerr=part["std"].fillna(0), capsize=2, label=attack)
+        ax.set_title(metric.replace("test_", ""))
+        ax.set_xlabel("epoch")
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def final_table(table: pd.DataFrame) -> str:
+    last = table[table["epoch"] == table["epoch"].max()]
+    header = ["dataset", "defense", "attack", "seeds", *[m.replace("test_", "") for m in METRICS]]
+    rows = []
+    for (dataset, defense, attack), part in last.groupby(["dataset", "defense", "attack"]):
+        values = {r.metric: f"{r.mean:.4f} ± {0 if pd.isna(r.std) else r.std:.4f}" for r in part.itertuples()}
+        rows.append([dataset, defense, attack, str(int(part["count"].max())), *[values.get(m, "") for m in METRICS]])
+    return markdown(header, rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--experiment", default="attacks-ahum-code")
+    parser.add_argument("--uri", default=None)
+    parser.add_argument("--out", default="docs/reproductions/attacks")
+    args = parser.parse_args()
+    client = MlflowClient(args.uri or default_uri())
+    experiment = client.get_experiment_by_name(args.experiment)
+    if experiment is None:
+        raise SystemExit(f"no experiment named {args.experiment!r}: run its preset first")
+    table = summary(histories(client, experiment.experiment_id))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / f"{args.experiment}-curves.csv", index=False)
+    for (dataset, defense), part in table.groupby(["dataset", "defense"]):
+        plot(part, out / f"{args.experiment}-{dataset}-{defense}.png",
+             f"{args.experiment}: {dataset}, defense={defense}")
+    text = final_table(table)
+    (out / f"{args.experiment}-final.md").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
