@@ -51,7 +51,8 @@ def reference_upload(backbone, public, users, targets, lr):
 
 
 @pytest.mark.parametrize("cls,config", [(ARA, ARAConfig(fraction=0.01, synthetic_users=4)),
-                                        (AHum, AHumConfig(fraction=0.01, synthetic_users=4, mining_steps=5))])
+                                        (AHum, AHumConfig(fraction=0.01, synthetic_users=4, mining_steps=5,
+                                                                   mining_lr=None))])
 def test_uploads_equal_a_per_client_reference_loop(cls, config):
     backbone, public = ncf_view()
     attack = attack_on(cls, config, backbone)

@@ -3,7 +3,7 @@ code runs it (``../shared/REFERENCE.md`` §2).
 
 As A-ra (``fedrun.attack.a_ra``), but before crafting its upload every round each malicious client
 mines its s synthetic users into "hard" users who dislike the targets: ``mining_steps`` (30) plain
-gradient steps at ``mining_lr`` (null: the upload's lr, the code's model lr) on BCE(score(u, t), 0)
+gradient steps at ``mining_lr`` (0.001, the code's model lr; null: the upload's lr) on BCE(score(u, t), 0)
 = softplus(score) w.r.t. the user embeddings only, with the downloaded item rows and shared weights
 frozen. Open point: mining starts every round from the fixed synthetic users (the code keeps no
 mined state between rounds). Vectorized over every malicious client's users at once.
@@ -24,7 +24,7 @@ from fedrun.errors import check
 @dataclass
 class AHumConfig(ARAConfig):
     mining_steps: int = 30  # gradient steps that make each synthetic user dislike the targets
-    mining_lr: float | None = None  # null: the upload's lr
+    mining_lr: float | None = 0.001  # the code's model lr; null: the upload's lr
 
     def __post_init__(self) -> None:
         super().__post_init__()
