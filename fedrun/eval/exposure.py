@@ -11,8 +11,6 @@ chunks of users sized by the evaluator's memory budget, never the [n_users, n_it
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from fedrun.data.negatives import contains
@@ -25,7 +23,7 @@ def exposure(method: Method, stores: dict, history: list, targets: torch.Tensor,
     """``stores``: the evaluator's train / valid / test stores; ``history``: what the users' models read
     at test time; ``targets`` [T] item ids."""
     train = stores["train"]
-    masked = [s for name, s in stores.items() if name in ("train", "valid", "test")]
+    masked = list(stores.values())  # train, valid (where there is one), test
     n_items = train.n_items
     users = torch.nonzero(train.sizes() > 0).squeeze(1)
     targets = targets.to(users.device)
@@ -58,5 +56,4 @@ def exposure(method: Method, stores: dict, history: list, targets: torch.Tensor,
         out[f"target_ndcg_at_{k}"] = float(ndcg[:, j].mean())
         for t, item in enumerate(targets.tolist()):
             out[f"er_at_{k}_item{item}"] = float(er[t, j])
-    assert not any(math.isnan(v) for v in out.values())
     return out

@@ -58,9 +58,6 @@ class FedAvg(FederatedMethod):
         super().__init__(config, env)
         self.num_negatives = 0 if env.backbone.config.loss == "mse" else config.num_negatives
 
-    def fast_path_exact(self) -> bool:
-        return self.fedsgd_exact()
-
     @classmethod
     def offers(cls, config: FedAvgConfig) -> frozenset[str]:
         return frozenset({"model_view", "client_step"})

@@ -157,9 +157,6 @@ class FedCL(FederatedMethod):
     def shares_embeddings(cls, config: FedCLConfig) -> bool:
         return config.semi_hard > 0
 
-    def fast_path_exact(self) -> bool:
-        return self.fedsgd_exact()
-
     def describe(self) -> dict:
         return {"in_batch_negatives": self.in_batch}
 

@@ -239,8 +239,8 @@ class FederatedMethod(Method):
 
     def fast_path_exact(self) -> bool:
         """Whether ``fast_round`` gives exactly the general path's aggregate when the uploads reach a
-        linear rule untransformed (FedSGD: one local plain-SGD step)."""
-        return False
+        linear rule untransformed (a FedSGD pass: one local plain-SGD step)."""
+        return self.has_fedsgd_path and self.fedsgd_exact()
 
     def fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None,
                    rule: Defense) -> FastRound | None:
