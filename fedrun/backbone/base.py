@@ -116,8 +116,14 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
     return torch.nn.functional.linear(x, weight, bias)
 
 
-def init_linear(n_out: int, n_in: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Glorot-uniform weight, zero bias."""
-    bound = (6.0 / (n_in + n_out)) ** 0.5
+LINEAR_INITS = ("glorot", "kaiming")
+
+
+def init_linear(n_out: int, n_in: int, generator: torch.Generator,
+                scheme: str = "glorot") -> tuple[torch.Tensor, torch.Tensor]:
+    """Uniform weight, zero bias: Glorot (bound √(6 / (n_in + n_out))) or Kaiming for ReLU
+    (bound √(6 / n_in), PyTorch's ``kaiming_uniform_(nonlinearity='relu')``)."""
+    check_choice("linear_init", scheme, LINEAR_INITS)
+    bound = (6.0 / (n_in + (n_out if scheme == "glorot" else 0))) ** 0.5
     weight = (torch.rand(n_out, n_in, generator=generator) * 2 - 1) * bound
     return weight, torch.zeros(n_out)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fedrun.backbone.base import Backbone, BackboneConfig, init_linear, linear
+from fedrun.backbone.base import LINEAR_INITS, Backbone, BackboneConfig, init_linear, linear
 from fedrun.errors import check, check_choice
 
 
@@ -25,10 +25,12 @@ class NCFConfig(BackboneConfig):
     loss: str = "bce"
     variant: str = "neumf"  # gmf | mlp | neumf
     layers: list[int] = field(default_factory=lambda: [64, 32, 16])  # MLP tower; layers[0] = 2 × MLP embedding size
+    linear_init: str = "glorot"  # glorot | kaiming (the A-hum code's kaiming_uniform for ReLU)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choice("variant", self.variant, ("gmf", "mlp", "neumf"))
+        check_choice("linear_init", self.linear_init, LINEAR_INITS)
         check(len(self.layers) >= 1 and all(n >= 1 for n in self.layers), "layers", self.layers,
               "a non-empty list of positive layer sizes")
         check(self.layers[0] % 2 == 0, "layers", self.layers, "layers[0] even (it is 2 × the MLP embedding size)")
@@ -59,12 +61,12 @@ class NCF(Backbone):
 
     def init_net(self, generator: torch.Generator) -> dict[str, torch.Tensor]:
         net: dict[str, torch.Tensor] = {}
-        layers = self.config.layers
+        layers, scheme = self.config.layers, self.config.linear_init
         if self.mlp_dim:
             for k, (n_in, n_out) in enumerate(zip(layers[:-1], layers[1:])):
-                net[f"mlp{k}.weight"], net[f"mlp{k}.bias"] = init_linear(n_out, n_in, generator)
+                net[f"mlp{k}.weight"], net[f"mlp{k}.bias"] = init_linear(n_out, n_in, generator, scheme)
         head_in = self.gmf_dim + (layers[-1] if self.mlp_dim else 0)
-        net["head.weight"], net["head.bias"] = init_linear(1, head_in, generator)
+        net["head.weight"], net["head.bias"] = init_linear(1, head_in, generator, scheme)
         return net
 
     def _tower(self, hidden: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor:
