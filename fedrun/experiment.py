@@ -14,6 +14,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
+from fedrun.attack._known import sample_known
 from fedrun.attack._targets import choose_targets
 from fedrun.attack.base import Attack, AttackConfig, AttackSetup
 from fedrun.backbone.base import Backbone
@@ -118,8 +119,11 @@ def build_run(cfg: DictConfig) -> Built:
         targets = choose_targets(p.attack.config, split)
         share = trainer.sampler.per_round / trainer.sampler.clients.numel()  # a benign client's odds per round
         step = method.fabricated_step if "client_step" in type(method).offers(p.method_config) else None
+        known = None
+        if "known_interactions" in p.attack.needs:
+            known = sample_known(split.train, p.attack.config.known_fraction, p.attack.config.known_seed)
         p.attack.setup(AttackSetup(p.backbone, split.n_users, share, client_lr(p.method_config, p.attack.config),
-                                   targets, derive_seed(p.sim.seed, "attack"), env.device, split.n_items, step))
+                                   targets, derive_seed(p.sim.seed, "attack"), env.device, split.n_items, step, known))
         evaluator.watch_targets(targets)
         log.info("attack: %d malicious clients promote item(s) %s", getattr(p.attack, "n_clients", 0),
                  targets.tolist())

@@ -17,6 +17,7 @@ from typing import Any, Callable, ClassVar
 
 import torch
 
+from fedrun.attack._known import KnownInteractions
 from fedrun.backbone.base import Backbone, PublicParams
 from fedrun.core.seeding import generator
 from fedrun.errors import check, check_choice
@@ -60,6 +61,7 @@ class AttackSetup:
     device: torch.device
     n_items: int = 0  # the catalogue the clients download
     client_step: Callable[[ClientBatch, torch.Tensor, int], Any] | None = None  # the benign client software
+    known: KnownInteractions | None = None  # the benign interactions it knows (``needs`` known_interactions)
 
 
 class Attack:
