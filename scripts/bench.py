@@ -489,7 +489,8 @@ def plot_w5(out: Path, by_clients, by_items, memory: str) -> None:
 # ------------------------------------------------------------------- W9: robust aggregation rules
 
 W9_RULES = [("mean", "defense=mean"), ("median", "defense=median"), ("trimmed_mean", "defense=trimmed_mean"),
-            ("norm_bound", "defense=norm_bound"), ("krum", "defense=krum"), ("multi_krum", "defense=multi_krum")]
+            ("norm_bound", "defense=norm_bound"), ("hics", "defense=hics"), ("krum", "defense=krum"),
+            ("multi_krum", "defense=multi_krum")]
 
 
 def bench_w9(args, out: Path) -> str:
@@ -531,7 +532,8 @@ def bench_w9(args, out: Path) -> str:
 # ---------------------------------------------------------------- W10: the round with an attack
 
 W10_CASES = [("no attack", []), ("A-hum 0.1%", ["attack=a_hum", "attack.fraction=0.001", "attack.lr=0.01"]),
-             ("A-hum 5%", ["attack=a_hum", "attack.fraction=0.05", "attack.lr=0.01"])]
+             ("A-hum 5%", ["attack=a_hum", "attack.fraction=0.05", "attack.lr=0.01"]),
+             ("FedRecAttack 5%", ["attack=fedrecattack", "attack.participation=every_round"])]
 
 
 def bench_w10(args, out: Path) -> str:
@@ -560,9 +562,10 @@ def bench_w10(args, out: Path) -> str:
         seconds, rss, malicious = json.loads(result.stdout.strip().splitlines()[-1])
         base = base or seconds
         rows.append([name, str(malicious), f"{seconds:.4f}", f"{seconds / base:.2f}×", f"{rss:.2f}"])
-    caption = (f"W10 W0's round with A-hum clients{' [tiny synthetic]' if args.tiny else ''} (general path, "
-               f"{args.rounds} timed rounds after 2 warm-up; 10 synthetic users and 30 mining steps per malicious "
-               f"client, attack.lr 0.01: at W0's client lr of 10 the mined users diverge); {machine(args.device)}")
+    caption = (f"W10 W0's round with malicious clients{' [tiny synthetic]' if args.tiny else ''} (general path, "
+               f"{args.rounds} timed rounds after 2 warm-up; A-hum: 10 synthetic users and 30 mining steps per malicious "
+               f"client, attack.lr 0.01: at W0's client lr of 10 the mined users diverge; FedRecAttack: 1% known "
+               f"interactions, one epoch of fitting per round, every client joins every round); {machine(args.device)}")
     return write_table(out, "w10", ["W10 case", "malicious clients", "s / round", "vs no attack", "peak RSS GB"],
                        rows, caption)
 

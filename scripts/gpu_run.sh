@@ -11,6 +11,9 @@
 #   3. the unit tests with sim.device=auto, i.e. on CUDA (MLflow-backed tests and integration tests left out:
 #      MLflow is not on the GPU image)
 # Set GPU_RUN_QUICK=1 for a smoke run (tiny benchmark, 2 rounds): it checks this script, not the GPU.
+# A short lease runs a part: GPU_RUN_WORKLOADS (benchmark workloads, default all), GPU_RUN_CPU_WORKLOADS
+# (the same host's CPU baseline, default the same), GPU_RUN_ML100K=0 (skip that device check),
+# GPU_RUN_TESTS (pytest paths, default tests/), GPU_RUN_STEP_S (a time limit per step, seconds).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-outputs/gpu}
@@ -28,13 +31,16 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, torch.cuda.get_dev
 PY
 
 ROUNDS=5; BENCH=(); if [ "${GPU_RUN_QUICK:-0}" = 1 ]; then ROUNDS=2; BENCH=(--tiny --rounds 2 --loop-rounds 1); fi
+WORKLOADS=${GPU_RUN_WORKLOADS:-w0,w1,w2,w3,w4,w5,w6,w7,w8,w9,w10}
+CPU_WORKLOADS=${GPU_RUN_CPU_WORKLOADS:-$WORKLOADS}
+LIMIT=(); [ -n "${GPU_RUN_STEP_S:-}" ] && LIMIT=(timeout "$GPU_RUN_STEP_S")
 status=0
-step() { local name=$1; shift; echo "== $name: $*"; "$@" > >(tee "$OUT/$name.log") 2>&1 || { echo "!! $name failed"; status=1; }; }
+step() { local name=$1; shift; echo "== $name: $*"; "${LIMIT[@]}" "$@" > >(tee "$OUT/$name.log") 2>&1 || { echo "!! $name failed"; status=1; }; }
 step device-check-synthetic python3 scripts/device_check.py --device "$DEVICE" --rounds $ROUNDS --out "$OUT/synthetic"
-step device-check-ml100k python3 scripts/device_check.py --device "$DEVICE" --rounds $ROUNDS --data ml-100k \
-    --out "$OUT/ml-100k"
-step bench-gpu python3 scripts/bench.py --device "$DEVICE" "${BENCH[@]}" --out "$OUT/bench-$DEVICE"
-step bench-cpu python3 scripts/bench.py --device cpu "${BENCH[@]}" --out "$OUT/bench-cpu"
+[ "${GPU_RUN_ML100K:-1}" = 1 ] && step device-check-ml100k python3 scripts/device_check.py --device "$DEVICE" \
+    --rounds $ROUNDS --data ml-100k --out "$OUT/ml-100k"
+step bench-gpu python3 scripts/bench.py --device "$DEVICE" --workloads "$WORKLOADS" "${BENCH[@]}" --out "$OUT/bench-$DEVICE"
+step bench-cpu python3 scripts/bench.py --device cpu --workloads "$CPU_WORKLOADS" "${BENCH[@]}" --out "$OUT/bench-cpu"
 step tests python3 -m pytest -q -x -p no:cacheprovider -m "not integration" --ignore=tests/integration \
-    --ignore=tests/test_run.py --ignore=tests/test_checkpoint.py tests
+    --ignore=tests/test_run.py --ignore=tests/test_checkpoint.py ${GPU_RUN_TESTS:-tests}
 exit $status

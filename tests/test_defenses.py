@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedrun.defense._rows import RobustConfig
+from fedrun.defense.hics import HiCS, HiCSConfig
 from fedrun.defense.krum import Krum, KrumConfig
 from fedrun.defense.median import Median
 from fedrun.defense.multi_krum import MultiKrum, MultiKrumConfig
@@ -146,6 +147,8 @@ def test_an_outlier_moves_the_mean_but_not_the_robust_rules():
     (["defense=multi_krum", "defense.m=0"], "defense.m"),
     (["defense=norm_bound", "defense.tau=0"], "defense.tau"),
     (["defense=median", "defense.reduce=max"], "defense.reduce"),
+    (["defense=hics", "defense.quantile=0"], "defense.quantile"),
+    (["defense=hics", "defense.min_uploaders=0"], "defense.min_uploaders"),
 ])
 def test_bad_settings_are_named(overrides, field):
     from fedrun.experiment import plan
@@ -156,12 +159,70 @@ def test_bad_settings_are_named(overrides, field):
     assert refused.value.field == field
 
 
+def hics_reference(uploads: Uploads, q: float, scale: float, min_uploaders: int, reduce: str):
+    """HiCS one upload and one client at a time: clip each row to the q-quantile (⌈q·n⌉-th smallest) of
+    the round's row norms, then each client's rows together to the q-quantile of the clients' totals,
+    drop rows with fewer than ``min_uploaders`` uploaders, average or sum; dense: clip per client, then
+    average or sum."""
+    def kth(values, q):
+        values = np.sort(values)
+        return values[max(1, min(len(values), int(np.ceil(q * len(values))))) - 1]
+
+    rows = uploads.row_delta.numpy().copy()
+    norms = np.linalg.norm(rows, axis=1)
+    bound = scale * kth(norms, q)
+    for r in range(len(rows)):
+        if norms[r] > bound:
+            rows[r] *= bound / norms[r]
+    clients = uploads.row_client.numpy()
+    totals = np.array([np.sqrt((rows[clients == c] ** 2).sum()) for c in range(uploads.n_clients)])
+    user_bound = scale * kth(totals[totals > 0], q)
+    for r in range(len(rows)):
+        if totals[clients[r]] > user_bound:
+            rows[r] *= user_bound / totals[clients[r]]
+    out = {}
+    for item in sorted(set(uploads.row_item.tolist())):
+        mine = rows[uploads.row_item.numpy() == item]
+        if len(mine) >= min_uploaders:
+            out[item] = mine.mean(0) if reduce == "mean" else mine.sum(0)
+    dense = uploads.dense["w"].numpy().reshape(uploads.n_clients, -1)
+    dense_norms = np.linalg.norm(dense, axis=1)
+    dense_bound = scale * kth(dense_norms, q)
+    clipped = np.stack([d * min(1.0, dense_bound / n) for d, n in zip(dense, dense_norms)])
+    return out, (clipped.mean(0) if reduce == "mean" else clipped.sum(0)).reshape(2, 2)
+
+
+@pytest.mark.parametrize("q,scale,min_uploaders,reduce", [(0.9, 1.0, 2, "mean"), (0.5, 2.0, 1, "sum"),
+                                                            (1.0, 0.5, 3, "mean")])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_hics_equals_a_per_upload_reference(q, scale, min_uploaders, reduce, seed):
+    uploads = ragged_uploads(seed)
+    uploads.row_delta[::7] *= 50  # a few poisoned-size rows
+    got = HiCS(HiCSConfig(quantile=q, scale=scale, min_uploaders=min_uploaders, reduce=reduce)).aggregate(uploads)
+    rows, dense = hics_reference(uploads, q, scale, min_uploaders, reduce)
+    assert got.items.tolist() == sorted(rows)
+    for k, item in enumerate(got.items.tolist()):
+        np.testing.assert_allclose(got.item_delta[k].numpy(), rows[item], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(got.dense["w"].numpy(), dense, rtol=1e-10, atol=1e-12)
+
+
+def test_hics_cuts_a_poisoned_row_to_a_benign_size():
+    benign = torch.randn(40, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 0.01
+    rows = torch.cat([benign, torch.full((2, 4), 5.0, dtype=torch.float64)])  # two attackers push item 0
+    items = torch.cat([torch.arange(40) % 10, torch.zeros(2, dtype=torch.long)])
+    uploads = Uploads(42, torch.arange(42), items, rows)
+    got = HiCS(HiCSConfig(reduce="sum")).aggregate(uploads)
+    assert float(got.item_delta[got.items == 0].norm()) < 0.2  # without HiCS: 20
+    lonely = Uploads(3, torch.arange(3), torch.tensor([0, 0, 1]), torch.ones(3, 2, dtype=torch.float64))
+    assert HiCS(HiCSConfig()).aggregate(lonely).items.tolist() == [0]  # item 1 had one uploader: not updated
+
+
 def test_krum_f_of_half_the_round_is_refused_before_training():
     with pytest.raises(ConfigError, match=r"defense\.f=8 .* fewer than half of the round's 16 clients"):
         make_method(["defense=krum", "defense.f=8"])  # SMALL: 16 clients per round
 
 
-@pytest.mark.parametrize("defense", ["median", "trimmed_mean", "krum", "multi_krum", "norm_bound"])
+@pytest.mark.parametrize("defense", ["median", "trimmed_mean", "krum", "multi_krum", "norm_bound", "hics"])
 def test_each_rule_trains_fedavg_and_refuses_exact_sum_methods(defense):
     from fedrun.experiment import plan
     from tests.conftest import SMALL, compose_cfg

@@ -1,0 +1,88 @@
+"""HiCS: hierarchical gradient clipping with sparsified updating — the countermeasure of Yuan et al.
+(SIGIR 2023, "Manipulating federated recommender systems: poisoning with synthetic users and its
+countermeasures"), which rCL4FedRec compares against (its Table 3 and Fig. 4).
+
+No public code or step-level description exists (``../shared/REFERENCE.md`` §2): this module is a
+design from the papers' one-line descriptions ("hierarchical gradient clipping with sparsified
+updating"; a sibling paper: "user-level gradient clipping with sparsified updating"). Every choice
+is a config field:
+
+1. Item level: every uploaded row is L2-clipped to τ_row = ``scale`` × the ``quantile``-th quantile of
+   the round's uploaded row norms. Bounds are relative to the round, so the rule needs no tuning to a
+   method's update scale: a poisoned row far larger than benign rows of the same round is cut to a
+   benign size.
+2. User level (the hierarchy's second level): each client's clipped rows together are scaled to L2
+   norm ≤ τ_user = ``scale`` × the same quantile of the clients' total norms. Dense shared weights are
+   clipped per client and per weight the same way (quantile over the clients).
+3. Sparsified updating: a row is updated only when at least ``min_uploaders`` clients uploaded it in
+   the round; rows pushed by fewer wait (their uploads are dropped).
+
+Then the rows are averaged over their uploaders (``reduce=mean``) or summed (``reduce=sum``), keeping
+the method's server semantics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fedrun.defense.base import Defense
+from fedrun.errors import check, check_choice, check_positive
+from fedrun.types import Aggregate, RoundContext, Uploads
+
+
+@dataclass
+class HiCSConfig:
+    quantile: float = 0.9  # q: bounds are this quantile of the round's norms
+    scale: float = 1.0  # bound = scale × that quantile
+    min_uploaders: int = 2  # sparsified updating: rows with fewer uploaders in the round are not updated
+    reduce: str = "mean"  # mean | sum (servers that sum)
+
+    def __post_init__(self) -> None:
+        check(0 < self.quantile <= 1, "quantile", self.quantile, "a quantile in (0, 1]")
+        check_positive("scale", self.scale)
+        check(self.min_uploaders >= 1, "min_uploaders", self.min_uploaders, "an integer >= 1")
+        check_choice("reduce", self.reduce, ("mean", "sum"))
+
+
+def quantile_of(values: torch.Tensor, q: float) -> torch.Tensor:
+    """The q-quantile of a 1-D tensor as its ⌈q·n⌉-th smallest value (no interpolation; any size)."""
+    k = max(1, min(values.numel(), int(torch.ceil(torch.tensor(q * values.numel())).item())))
+    return values.kthvalue(k).values
+
+
+def clip_to(values: torch.Tensor, norms: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
+    """values [n, ...] scaled so that each one's norm (``norms`` [n]) is at most ``bound``."""
+    factor = torch.clamp(bound / norms.clamp_min(1e-30), max=1.0)
+    return values * factor.view(-1, *([1] * (values.dim() - 1)))
+
+
+class HiCS(Defense):
+    Config = HiCSConfig
+
+    def aggregate(self, uploads: Uploads, ctx: RoundContext | None = None) -> Aggregate:
+        config = self.config
+        rows = uploads.row_delta  # [R, di]
+        items = uploads.row_item
+        if rows.shape[0]:
+            norms = rows.norm(dim=1)  # [R]
+            rows = clip_to(rows, norms, config.scale * quantile_of(norms, config.quantile))  # 1. item level
+            per_client = rows.new_zeros(uploads.n_clients).index_add_(0, uploads.row_client, rows.square().sum(1))
+            totals = per_client.sqrt()  # [B]
+            bound = config.scale * quantile_of(totals[totals > 0] if bool((totals > 0).any()) else totals,
+                                               config.quantile)
+            rows = clip_to(rows, totals[uploads.row_client], bound)  # 2. user level
+        keys, summed, uploaders = self.reducer.sum_by_key(items, rows, torch.ones_like(items, dtype=rows.dtype))
+        kept = uploaders >= config.min_uploaders  # 3. sparsified updating
+        keys, summed, uploaders = keys[kept], summed[kept], uploaders[kept]
+        if config.reduce == "mean":
+            summed = summed / uploaders.unsqueeze(1)
+        dense = {}
+        for name, delta in uploads.dense.items():  # [B, *shape]
+            flat_norms = delta.reshape(delta.shape[0], -1).norm(dim=1)  # [B]
+            clipped = clip_to(delta, flat_norms, config.scale * quantile_of(flat_norms, config.quantile))
+            dense[name] = self.reducer.sum_dense({name: clipped})[name]
+            if config.reduce == "mean":
+                dense[name] = dense[name] / delta.shape[0]
+        return Aggregate(keys, summed, dense)
