@@ -214,7 +214,8 @@ def test_fake_clients_are_ordinary_clients_on_fabricated_data(attack):
         users = rounds.sampler.users(r)
         benign = clients_of(method.problems(users, r))
         pos = fake.items
-        batch = ClientBatch(n_users + torch.arange(fake.n_clients), pos, torch.ones_like(pos, dtype=torch.bool), None)
+        batch = ClientBatch(n_users + torch.arange(fake.n_clients, device=pos.device), pos,
+                            torch.ones_like(pos, dtype=torch.bool), None)
         negatives = sample_batch_negatives(batch.users, pos, batch.pos_mask, method.num_negatives, method.env.n_items,
                                            method.negative_seed(r))
         fakes = [(n_users + m, pos[m], negatives[m], None) for m in range(fake.n_clients)]

@@ -43,7 +43,7 @@ def fedavg_round(backbone, user_table, public, clients, optimizer, steps, weight
     """
     kind = backbone.config.loss
     item_sum = torch.zeros_like(public.item)
-    item_weight = torch.zeros(public.item.shape[0])
+    item_weight = torch.zeros(public.item.shape[0], device=public.item.device)
     net_sum = {k: torch.zeros_like(v) for k, v in public.net.items()}
     total_weight = 0.0
     for user_id, pos, neg, ratings in clients:
@@ -59,7 +59,7 @@ def fedavg_round(backbone, user_table, public, clients, optimizer, steps, weight
             client_loss(backbone, kind, model["user"], model["item"], model["net"], pos, neg, ratings).backward()
             opt.step()
         touched = sorted(set(pos.tolist()) | (set(neg.reshape(-1).tolist()) if neg is not None else set()))
-        touched = torch.tensor(touched)
+        touched = torch.tensor(touched, device=public.item.device)
         weight = float(len(pos)) if weighting == "data_size" else 1.0
         with torch.no_grad():
             user_table[user_id] = model["user"].detach()
