@@ -66,6 +66,13 @@ class Uploads:
             row_count=counts,
         )
 
+    def to(self, device: torch.device) -> "Uploads":
+        """The same uploads on ``device`` (what arrives at the server is on the server's device)."""
+        def move(x):
+            return None if x is None else x.to(device)
+        return Uploads(self.n_clients, move(self.row_client), move(self.row_item), move(self.row_delta),
+                       {k: v.to(device) for k, v in self.dense.items()}, move(self.weight), move(self.row_count))
+
     def counts(self) -> torch.Tensor:
         """[R] the raters behind each row (1 unless a protocol says otherwise: FedRec++'s denoisers)."""
         if self.row_count is not None:

@@ -38,6 +38,11 @@ SMALL = ["dataset=synthetic", "dataset.n_users=60", "dataset.n_items=80", "datas
          "track=none", "sim.progress=false", "sim.clients_per_round=16"]
 
 
+# A reference computed with CPU tensors (a per-client loop, a closed form): the test pins its run to the CPU,
+# so it means the same on a machine whose default device is CUDA (the device checks compare the devices).
+CPU_ORACLE = "sim.device=cpu"
+
+
 def make_method(overrides: list[str], base: list[str] = SMALL):
     cfg = compose_cfg(base + overrides)
     p = plan(cfg)

@@ -226,9 +226,9 @@ def test_fake_clients_are_ordinary_clients_on_fabricated_data(attack):
         torch.testing.assert_close(method.public.item, public.item, rtol=1e-4, atol=1e-6)
         torch.testing.assert_close(fake.user, table[n_users:], rtol=1e-4, atol=1e-6)  # kept on the fake clients
     if attack == "eb":
-        assert (fake.items == built.evaluator.targets).all()
+        assert (fake.items.cpu() == built.evaluator.targets.cpu()).all()
     else:
-        assert fake.items.shape == (fake.n_clients, 6) and (fake.items[:, 0] == built.evaluator.targets[0]).all()
+        assert fake.items.shape == (fake.n_clients, 6) and (fake.items[:, 0].cpu() == built.evaluator.targets[0].cpu()).all()
         assert all(len(set(row.tolist())) == 6 for row in fake.items)
 
 

@@ -8,7 +8,7 @@ import torch
 
 from fedrun.errors import ConfigError
 from fedrun.experiment import run
-from tests.conftest import SMALL, compose_cfg, make_method, round_of
+from tests.conftest import CPU_ORACLE, SMALL, compose_cfg, make_method, round_of
 
 FCF = ["method=fcf", "backbone=pmf", "backbone.dim=6", "backbone.l2=0.05", "dataset.ratings=true",
        "dataset.split.protocol=random_ratio", "dataset.split.valid=false"]
@@ -39,7 +39,7 @@ def oracle_round(method, users):
 
 
 def test_round_equals_the_sum_of_dense_per_client_uploads():
-    method, env = make_method(FCF + ["sim.buckets=3"])
+    method, env = make_method(FCF + ["sim.buckets=3", CPU_ORACLE])
     users = round_of(method).sampler.users(0)
     expected_sum, expected_user, expected_loss = oracle_round(method, users)
     fast = method.fast_round(users, 0, None, round_of(method).defense)

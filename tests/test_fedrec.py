@@ -16,7 +16,7 @@ from fedrun.errors import ConfigError
 from fedrun.method.fedrecpp import denoised_mean
 from fedrun.sim.channel import AnonymousChannel
 from fedrun.types import Aggregate, DenoiserUploads, RelayedRows, Uploads
-from tests.conftest import make_method, needs_data, round_of
+from tests.conftest import CPU_ORACLE, make_method, needs_data, round_of
 
 RATED = ["backbone=pmf", "dataset.ratings=true", "dataset.split.protocol=random_ratio", "dataset.split.valid=false"]
 ML100K = ["dataset=ml-100k", "dataset.split.protocol=predefined", "dataset.split.valid=false", "backbone=pmf",
@@ -92,7 +92,7 @@ def oracle_round(method, env, round_index: int):
 @pytest.mark.parametrize("t_predict", [5, 0], ids=["mean-virtual", "predicted-virtual"])
 def test_fedrec_round_equals_a_per_client_loop(t_predict):
     method, env = make_method(RATED + ["method=fedrec", "method.rho=1.5", f"method.t_predict={t_predict}",
-                                       "method.t_local=3"])
+                                       "method.t_local=3", CPU_ORACLE])
     round_of(method).train_round(0)
     user, item = oracle_round(method, env, 1)
     round_of(method).train_round(1)

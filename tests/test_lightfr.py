@@ -15,7 +15,7 @@ from fedrun.method.lightfr import DCDWeights, LightFRServer, dcd_codes
 from fedrun.retrieval.hamming import hamming_distances, pack_codes, top_k_hamming
 from fedrun.retrieval.search import faiss_available
 from fedrun.types import Aggregate, RoundContext
-from tests.conftest import SMALL, compose_cfg, make_method, needs_data, round_of, unpack
+from tests.conftest import CPU_ORACLE, SMALL, compose_cfg, make_method, needs_data, round_of, unpack
 
 LIGHTFR = ["method=lightfr", "backbone=binary-mf", "backbone.dim=16", "dataset.ratings=true",
            "dataset.split.protocol=random_ratio", "dataset.split.valid=false"]
@@ -252,7 +252,7 @@ def eq21_codes(item_code, rater_codes, ratings01, max_rounds=10):
 
 def test_cold_start_items_are_withheld_and_coded_by_eq21():
     method, env = make_method(LIGHTFR + ["method.cold_items=0.2", "sim.clients_per_round=0.5",
-                                         "sim.sampling=independent", "method.cold_users=0.1"])
+                                         "sim.sampling=independent", "method.cold_users=0.1", CPU_ORACLE])
     cold = torch.nonzero(method.cold_item).squeeze(1)
     assert cold.numel() == round(0.2 * int((torch.bincount(env.train.items, minlength=env.n_items) > 0).sum()))
     initial = method.public.item[cold].clone()

@@ -11,7 +11,7 @@ from fedrun.errors import ConfigError
 from fedrun.method.privrec import USER_INIT, clip_clients
 from fedrun.sim.batching import local_problem
 from fedrun.types import RoundContext, Uploads
-from tests.conftest import make_method, round_of, unpack
+from tests.conftest import CPU_ORACLE, make_method, round_of, unpack
 from tests.test_privacy_boundary import server_phase_calls
 
 PRIVREC = ["method=privrec", "backbone=pmf", "backbone.dim=4", "backbone.init_std=0.1", "dataset.ratings=true",
@@ -79,7 +79,7 @@ def test_each_clients_whole_update_is_clipped_jointly():
 
 
 def test_server_noise_has_sigma_zs_on_the_sum():
-    method, env = make_method(PRIVREC + ["method.noise=0.5", "method.clip=4"])
+    method, env = make_method(PRIVREC + ["method.noise=0.5", "method.clip=4", CPU_ORACLE])
     n, d = 10, 4
     silent = Uploads(n, torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long), torch.zeros(0, d),
                      {USER_INIT: torch.zeros(n, d)})

@@ -15,7 +15,7 @@ from fedrun.backbone.sequential import SequenceView, SequentialConfig, layer_nor
 from fedrun.data.client_store import ClientStore, recent_history
 from fedrun.data.interactions import Interactions
 from fedrun.errors import ConfigError
-from tests.conftest import make_method, round_of
+from tests.conftest import CPU_ORACLE, make_method, round_of
 
 SEQ = ["sim.clients_per_round=8", "backbone.max_len=6", "backbone.dropout=0.0"]
 
@@ -191,7 +191,7 @@ def direct_sequence_loss(method, problem, b, net, semi_items, past_only=False):
 @pytest.mark.parametrize("backbone", ["gru4rec", "bert4rec"])
 def test_sequence_mixup_loss_equals_a_direct_per_client_computation(backbone, scope):
     method, env = make_method(["method=fedcl", f"backbone={backbone}", "privacy=ldp", "method.n_clusters=3",
-                               "method.semi_hard=5", f"method.in_batch_scope={scope}", *SEQ])
+                               "method.semi_hard=5", f"method.in_batch_scope={scope}", *SEQ, CPU_ORACLE])
     assert method.in_batch
     users = round_of(method).sampler.users(0)
     server = method.hard_server

@@ -44,13 +44,14 @@ class ClientStore:
 
     def sizes(self, users: torch.Tensor | None = None) -> torch.Tensor:
         sizes = self.indptr[1:] - self.indptr[:-1]
-        return sizes if users is None else sizes[users]
+        return sizes if users is None else sizes[users.to(sizes.device)]
 
     def gather(self, users: torch.Tensor, last: int | None = None
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Pad the clients' rows: items [B, P], mask [B, P], ratings [B, P] or None.
 
         ``last``: keep only each client's last ``last`` rows (the most recent, in time order)."""
+        users = users.to(self.indptr.device)  # callers may hold ids on another device
         start, size = self.indptr[users], self.sizes(users)  # [B], [B]
         if last is not None:
             start, size = start + (size - last).clamp_min(0), size.clamp_max(last)
@@ -65,6 +66,7 @@ class ClientStore:
     def flat(self, users: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """The clients' rows without padding: owner [N] (index into ``users``), position [N]
         (within its client, in store order), items [N], ratings [N] or None."""
+        users = users.to(self.indptr.device)
         sizes = self.sizes(users)  # [B]
         owner = torch.repeat_interleave(torch.arange(users.numel(), device=users.device), sizes)  # [N]
         position = torch.arange(owner.numel(), device=users.device) - (sizes.cumsum(0) - sizes)[owner]

@@ -65,10 +65,11 @@ class PaillierKeys:
             cipher[index] = self.public.encrypt(float(value))
         return EncryptedRows(uploads.row_item.cpu(), cipher)
 
-    def decrypt(self, sums: EncryptedSums, dtype: torch.dtype = torch.float32) -> Aggregate:
-        """Client side: the decrypted per-item sums, as the server's aggregate."""
+    def decrypt(self, sums: EncryptedSums, dtype: torch.dtype = torch.float32,
+                device: torch.device | str = "cpu") -> Aggregate:
+        """Client side: the decrypted per-item sums, as the server's aggregate (on the model's device)."""
         plain = np.vectorize(self.private.decrypt, otypes=[np.float64])(sums.ciphertexts)
-        return Aggregate(sums.item, torch.from_numpy(plain).to(dtype))
+        return Aggregate(sums.item.to(device), torch.from_numpy(plain).to(device=device, dtype=dtype))
 
     def seconds_per_encryption(self, samples: int = 20) -> float:
         """Measured wall time of one encryption with this key (the cost FedMF adds per value)."""
@@ -98,10 +99,12 @@ def server_sum(rows: EncryptedRows) -> EncryptedSums:
 def full_catalogue_rows(uploads: Uploads, n_items: int) -> Uploads:
     """FullText: every client's rows for the whole catalogue, its rated rows in place, zeros elsewhere."""
     d = uploads.row_delta.shape[1]
-    dense = torch.zeros(uploads.n_clients, n_items, d, dtype=uploads.row_delta.dtype)
+    device = uploads.row_delta.device
+    dense = torch.zeros(uploads.n_clients, n_items, d, dtype=uploads.row_delta.dtype, device=device)
     dense[uploads.row_client, uploads.row_item] = uploads.row_delta
-    client = torch.arange(uploads.n_clients).repeat_interleave(n_items)
-    return Uploads(uploads.n_clients, client, torch.arange(n_items).repeat(uploads.n_clients), dense.reshape(-1, d))
+    client = torch.arange(uploads.n_clients, device=device).repeat_interleave(n_items)
+    return Uploads(uploads.n_clients, client, torch.arange(n_items, device=device).repeat(uploads.n_clients),
+                   dense.reshape(-1, d))
 
 
 class PaillierSum(RowReducer):
@@ -116,4 +119,4 @@ class PaillierSum(RowReducer):
         rows = uploads if self.catalogue is None else full_catalogue_rows(uploads, self.catalogue)
         encrypted = self.keys.encrypt(rows)  # on the clients
         sums = server_sum(encrypted)  # on the server: ciphertexts only
-        return self.keys.decrypt(sums, uploads.row_delta.dtype)  # on the clients
+        return self.keys.decrypt(sums, uploads.row_delta.dtype, uploads.row_delta.device)  # on the clients

@@ -81,7 +81,7 @@ class FederatedRound:
             # 6. the attack's clients join
             crafted = self.attack.craft(method.public, ctx)
             if crafted is not None:
-                uploads = Uploads.concat([uploads, crafted])
+                uploads = Uploads.concat([uploads, crafted.to(uploads.row_delta.device)])
             # 7. guards
             check_uploads(uploads, method.upload_schema(), round_index, f"the client step ({type(method).__name__})")
             extra.update(method.observe_uploads(benign, senders, ctx))
