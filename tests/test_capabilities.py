@@ -142,5 +142,5 @@ def test_the_attack_moves_the_target_through_the_defense():
     attacked, _ = make_method([ATTACK, "sim.fast_path=off"])
     round_of(honest).train_round(0)
     round_of(attacked).train_round(0)
-    moved = (honest.public.item - attacked.public.item).abs().sum(1) > 0
+    moved = (honest.public.item - attacked.public.item).abs().sum(1) > 1e-6  # CUDA's index_add_ order: float noise
     assert moved.nonzero().squeeze(1).tolist() == [3]

@@ -86,7 +86,8 @@ class ClientStore:
 def recent_history(stores: list[ClientStore], users: torch.Tensor, last: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Each user's rows across ``stores`` (in that order: e.g. train then validation), keeping the
     last ``last`` of them, left-aligned → items [U, W], mask [U, W] with W ≤ ``last``."""
-    parts = [store.gather(users, last) for store in stores]
+    device = stores[0].items.device
+    parts = [tuple(x.to(device) for x in store.gather(users, last)[:2]) for store in stores]
     items = torch.cat([p[0] for p in parts], 1)  # [U, M]
     mask = torch.cat([p[1] for p in parts], 1)
     count = mask.sum(1, keepdim=True)  # [U, 1]
