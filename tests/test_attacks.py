@@ -168,6 +168,8 @@ def test_exposure_equals_brute_force_with_eligibility():
     (["attack=a_hum", "attack.mining_steps=-1"], "attack.mining_steps"),
     (["attack=a_ra", "attack.targets=explicit"], "attack.target_ids"),
     (["attack=a_ra", "attack.participation=often"], "attack.participation"),
+    (["attack=psmu", "attack.n_alternatives=0"], "attack.n_alternatives"),
+    (["attack=psmu", "attack.fit_lr=-1"], "attack.fit_lr"),
     (["attack=a_hum", "method=fcf", "dataset.ratings=true", "backbone=pmf", "backbone.loss=mse"], "attack"),
 ])
 def test_bad_attack_settings_are_refused_before_any_data_is_read(overrides, field, tmp_path, monkeypatch):
@@ -236,3 +238,59 @@ def test_fake_client_attacks_need_a_method_that_offers_its_client_step():
     with pytest.raises(ConfigError, match=r"attack='eb' .* method=fedcl: the method offers a malicious client "
                                           r"model_view only"):
         plan(compose_cfg(SMALL + ["attack=eb", "method=fedcl"]))
+
+
+def psmu_reference(attack, backbone, public, clients):
+    """PSMU one malicious client and one synthetic user at a time: fit to the profile, pick the
+    alternatives, then the client's mean over users of Σ_t Σ_j −log σ(ŝ(u, t) − ŝ(u, j)), differentiated
+    w.r.t. the whole item table and the shared weights (one copy per client)."""
+    config, out = attack.config, []
+    labels = torch.cat([torch.ones(config.profile_size), torch.zeros(config.profile_size)])
+    targets = attack.targets.tolist()
+    for c in clients:
+        table = public.item.clone().requires_grad_(True)
+        net = {k: v.clone().requires_grad_(True) for k, v in public.net.items()}
+        loss = 0
+        for u in range(config.synthetic_users):
+            user = attack.users[c, u].clone()
+            items = torch.cat([attack.profile[c, u], attack.negatives[c, u]])
+            for _ in range(config.fit_steps):
+                user.requires_grad_(True)
+                fit = F.binary_cross_entropy_with_logits(backbone.score(user[None], public.item[items][None],
+                                                                        public.net)[0], labels)
+                (g,) = torch.autograd.grad(fit, user)
+                user = (user - config.fit_lr * g).detach()
+            scores = backbone.score_full(user[None], public.item, public.net)[0].clone()
+            scores[targets] = -torch.inf
+            rivals = scores.topk(config.n_alternatives).indices
+            s = backbone.score(user[None], table[torch.cat([attack.targets, rivals])][None], net)[0]
+            loss = loss + F.softplus(s[len(targets):][None, :] - s[:len(targets)][:, None]).sum() / config.synthetic_users
+        grads = torch.autograd.grad(loss, [table, *net.values()])
+        out.append((-attack.lr * grads[0], {k: -attack.lr * g for k, g in zip(net, grads[1:])}))
+    return out
+
+
+def test_psmu_uploads_equal_a_per_client_reference_loop():
+    from fedrun.attack.psmu import PSMU, PSMUConfig
+
+    backbone, public = ncf_view()
+    config = PSMUConfig(fraction=0.01, synthetic_users=3, profile_size=4, fit_steps=3, fit_lr=0.05, n_alternatives=3)
+    attack = PSMU(config)
+    attack.setup(AttackSetup(backbone, 400, 0.5, 0.05, torch.tensor([3, 7]), seed=11, device=torch.device("cpu"),
+                             n_items=20))
+    users0 = attack.users.clone()
+    probe = PSMU(config)
+    probe.setup(AttackSetup(backbone, 400, 0.5, 0.05, torch.tensor([3, 7]), seed=11, device=torch.device("cpu"),
+                            n_items=20))
+    uploads = attack.craft(public, RoundContext(0, 0, 16))
+    assert torch.equal(probe.users, users0)  # the same seed draws the same users and profiles
+    expected = psmu_reference(probe, backbone, public, range(attack.n_clients))
+    for c, (rows, dense) in enumerate(expected):
+        mine = uploads.row_client == c
+        touched = torch.nonzero(rows.abs().sum(1)).squeeze(1)
+        assert set(uploads.row_item[mine].tolist()) >= set(touched.tolist()) | {3, 7}
+        torch.testing.assert_close(uploads.row_delta[mine], rows[uploads.row_item[mine]], rtol=1e-4, atol=1e-7)
+        for k in dense:
+            torch.testing.assert_close(uploads.dense[k][c], dense[k], rtol=1e-4, atol=1e-7)
+    assert not torch.equal(attack.users, users0)  # the fitted users are kept for the next round
+    assert not set(attack.profile.reshape(-1).tolist()) & {3, 7}  # profiles never hold a target
