@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from fedrun.core.paths import config_dir
-from fedrun.report import ledger
+from fedrun.report import ledger, matrix
 from fedrun.report.paper import ALPHA, beside_paper, claim_tests, order_claims, preset_paper
 from fedrun.report.table import markdown
 from fedrun.track.mlflow import default_uri, experiment_id, open_client
@@ -145,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     paper = preset_paper(str(presets[0]), Path(config_dir())) if len(presets) == 1 else None
     if paper is not None:
         text += paper_sections(frame[frame["status"] == "FINISHED"], paper, str(presets[0]), out, files)
+    if len(presets) == 1 and str(presets[0]).startswith("robustness/"):
+        section, made = matrix.render(frame[frame["status"] == "FINISHED"], str(presets[0]), Path(config_dir()), out)
+        text, files = text + section, files + made
     if len(superseded):
         lines = [f"- {r.run_id}" for r in superseded.itertuples()]
         text += (f"\n## Reruns superseded by a later run of the same options and seeds ({len(lines)})\n\n"
