@@ -47,6 +47,8 @@ def test_every_preset_row_runs_one_round(preset, row, backbone):
         tiny = ["~setup", *tiny]
     if preset.startswith("robustness/"):  # the A-hum code's predefined ML-1M files
         tiny = ["~dataset.variant", *tiny, "dataset.split.protocol=random_ratio"]
+    if preset.startswith("attacks/fedrecattack"):  # Steam's predefined files, 99 sampled negatives
+        tiny += ["dataset.split.protocol=random_ratio", "eval.num_negatives=20"]
     if backbone is not None:
         tiny.append(f"backbone={backbone}")
     cfg = compose_cfg([f"+experiment={preset}", f"row={row}", *tiny])

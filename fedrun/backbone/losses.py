@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 def per_client_loss(kind: str, pos: torch.Tensor, neg: torch.Tensor | None, mask: torch.Tensor,
                     ratings: torch.Tensor | None, l2: float = 0.0,
-                    sq_norms: torch.Tensor | None = None) -> torch.Tensor:
+                    sq_norms: torch.Tensor | None = None, reduction: str = "mean") -> torch.Tensor:
     """pos [B, P] scores of positives, neg [B, P, n] scores of their negatives, mask [B, P].
 
     ``l2 · sq_norms`` [B, P] adds, per example, the squared norms of the embeddings it uses
@@ -18,6 +18,7 @@ def per_client_loss(kind: str, pos: torch.Tensor, neg: torch.Tensor | None, mask
     bpr: −log σ(s⁺ − s⁻) averaged over (positive, negative) pairs (Rendle et al. 2009).
     bce: −log σ(s⁺) − Σ log σ(−s⁻) averaged over labelled points (He et al. 2017, Eq. 7).
     mse: (s⁺ − r)² averaged over rated items (PMF).
+    ``reduction="sum"``: summed over the client's examples instead (the FedRecAttack code's client loss).
     """
     weight = mask.to(pos.dtype)  # [B, P]
     if kind == "mse":
@@ -31,6 +32,9 @@ def per_client_loss(kind: str, pos: torch.Tensor, neg: torch.Tensor | None, mask
         per_count = weight * (1 + (neg.shape[-1] if neg is not None else 0))
     else:  # pragma: no cover - validated by the backbone config
         raise ValueError(kind)
+    if reduction == "sum":
+        data = (per_pos * weight).sum(1)  # [B]
+        return data if not l2 else data + l2 * (sq_norms * weight).sum(1)
     data = (per_pos * weight).sum(1) / per_count.sum(1).clamp_min(1)  # [B]
     if not l2:
         return data

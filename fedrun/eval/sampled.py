@@ -30,6 +30,7 @@ class SampledConfig(EvalConfig):
     num_negatives: int = 99  # negatives per user
     ties: str = "pessimistic"  # pessimistic | random
     seed: int = 0  # fixes the negatives and the random tie-breaks
+    resample: bool = False  # draw the negatives afresh at every evaluation (the FedRecAttack code) | fixed once
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -49,10 +50,14 @@ class Sampled(Evaluator):
                              split.n_users, split.n_items)
         self._all_keys = ClientStore.from_interactions(every, device).sorted_keys()
         self._negatives: dict[str, torch.Tensor] = {}
+        self._draws: dict[str, int] = defaultdict(int)  # evaluations of each part so far (resample)
 
     def negatives(self, part: str, users: torch.Tensor) -> torch.Tensor:
+        if self.config.resample:
+            self._negatives.pop(part, None)
+            self._draws[part] += 1
         if part not in self._negatives:
-            seed = derive_seed(self.config.seed, f"sampled-eval-{part}")
+            seed = derive_seed(self.config.seed, f"sampled-eval-{part}", self._draws[part])
             self._negatives[part] = sample_negatives(users, self.config.num_negatives, self.split.n_items,
                                                      self._all_keys, seed)
         return self._negatives[part]  # [U, N]

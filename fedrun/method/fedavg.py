@@ -29,10 +29,11 @@ from fedrun.backbone.base import PublicParams
 from fedrun.backbone.losses import example_sq_norms, per_client_loss
 from fedrun.data.negatives import sample_batch_negatives, sample_flat_negatives
 from fedrun.defense.base import Defense
-from fedrun.errors import check
+from fedrun.errors import check, check_choice
 from fedrun.method.federated import ClientResult, FastRound, FederatedMethod
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.sim.batching import local_problem
+from fedrun.sim.local import problem_loss
 from fedrun.sim.local import ClientOptimizer
 from fedrun.sim.rows import gather_rows
 from fedrun.sim.server_opt import ServerOptimizerConfig
@@ -45,9 +46,13 @@ class FedAvgConfig:
     num_negatives: int = 1  # negatives per positive (ignored for mse)
     resample_negatives: bool = True  # draw them afresh every round | false: once, for the whole run (A-hum code)
     server_optimizer: ServerOptimizerConfig = field(default_factory=ServerOptimizerConfig)
+    loss_reduction: str = "mean"  # mean: per-client mean loss | sum: summed over its examples (FedRecAttack code)
+    l2_scope: str = "example"  # example: backbone.l2 per example | client: ½·l2·(‖u‖² + Σ‖v‖² over its rows), once
 
     def __post_init__(self) -> None:
         check(self.num_negatives >= 0, "num_negatives", self.num_negatives, "an integer >= 0")
+        check_choice("loss_reduction", self.loss_reduction, ("mean", "sum"))
+        check_choice("l2_scope", self.l2_scope, ("example", "client"))
 
 
 class FedAvg(FederatedMethod):
@@ -68,6 +73,27 @@ class FedAvg(FederatedMethod):
             negatives = sample_batch_negatives(batch.users, batch.pos, batch.pos_mask, self.num_negatives,
                                                self.env.n_items, self.negative_seed(round_index))
         return self.local_step(local_problem(batch, negatives, self.env.n_items), user)
+
+    def local_loss(self, problem, user: torch.Tensor, item_table: torch.Tensor,
+                   net: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The backbone's loss per client: mean or summed over its examples; with ``l2_scope=client`` the L2
+        term is ½·l2·(‖u‖² + Σ‖v‖² over the client's distinct rows), once per step (the FedRecAttack code's
+        ``reg``; the code's rows list a repeated negative twice, fedrun's local table holds it once)."""
+        config, backbone = self.config, self.env.backbone
+        if config.loss_reduction == "mean" and config.l2_scope == "example":
+            return super().local_loss(problem, user, item_table, net)
+        per_client = config.l2_scope == "client"
+        loss = problem_loss(backbone, problem, user, item_table, net, config.loss_reduction,
+                            l2=0.0 if per_client else None)
+        if per_client and backbone.config.l2:
+            rows = (item_table.pow(2).sum(-1) * problem.item_mask).sum(1)  # [B]
+            loss = loss + 0.5 * backbone.config.l2 * (user.pow(2).sum(-1) + rows)
+        return loss
+
+    def fedsgd_exact(self) -> bool:
+        """The FedSGD pass computes the per-client mean loss with per-example L2 only."""
+        return (super().fedsgd_exact() and self.config.loss_reduction == "mean"
+                and self.config.l2_scope == "example")
 
     def negative_seed(self, round_index: int) -> int:
         return super().negative_seed(round_index if self.config.resample_negatives else 0)

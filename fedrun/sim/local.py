@@ -58,8 +58,9 @@ def slot_rows(item_table: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
 
 
 def problem_loss(backbone: Backbone, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
-                 net: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Per-client mean loss [B] of each client's examples, scored with its local item table.
+                 net: dict[str, torch.Tensor], reduction: str = "mean", l2: float | None = None) -> torch.Tensor:
+    """Per-client loss [B] of each client's examples (their mean, or ``reduction="sum"``), scored with its
+    local item table, with the backbone's per-example L2 (``l2`` overrides its weight).
 
     user [B, du]; item_table [B, Lu, di] (each client's own copies); net shared or [B, *shape].
     """
@@ -68,9 +69,9 @@ def problem_loss(backbone: Backbone, problem: LocalProblem, user: torch.Tensor, 
     vectors = slot_rows(item_table, example_slots(problem))  # [B, S, di]
     scores = backbone.score(user, vectors, net)  # [B, S]
     neg = None if problem.neg_slot is None else scores[:, P:].reshape(problem.neg_slot.shape)
-    l2 = backbone.config.l2
+    l2 = backbone.config.l2 if l2 is None else l2
     return per_client_loss(backbone.config.loss, scores[:, :P], neg, problem.batch.pos_mask, problem.batch.ratings,
-                           l2, example_sq_norms(user, vectors, P) if l2 else None)
+                           l2, example_sq_norms(user, vectors, P) if l2 else None, reduction)
 
 
 @dataclass(frozen=True)
