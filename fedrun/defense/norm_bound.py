@@ -3,6 +3,9 @@ every upload of a row is scaled to L2 norm at most τ, then the row's uploads ar
 (``reduce=mean``) or summed (``reduce=sum``: FedRecAttack's server, which clips each client's
 per-item gradient to ``grad_limit`` τ = 1.0 before summing). Dense shared weights: each client's
 delta of a weight is clipped to τ as a whole.
+
+A clip per upload followed by a sum needs no per-row stacks: the rule runs as one scaling of the
+uploads and the reduction seam's sums (``RowReducer.sum_by_key``), like the mean.
 """
 
 from __future__ import annotations
@@ -11,8 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
-from fedrun.defense._rows import RobustConfig, RobustDefense
+from fedrun.defense._rows import RobustConfig
+from fedrun.defense.base import Defense
 from fedrun.errors import check_positive
+from fedrun.types import Aggregate, RoundContext, Uploads
 
 
 @dataclass
@@ -24,9 +29,24 @@ class NormBoundConfig(RobustConfig):
         check_positive("tau", self.tau)
 
 
-class NormBound(RobustDefense):
+def clipped(values: torch.Tensor, tau: float) -> torch.Tensor:
+    """values [n, ...]: each of the n scaled to L2 norm ≤ τ (over all its other dimensions)."""
+    norm = values.reshape(values.shape[0], -1).norm(dim=1)  # [n]
+    factor = torch.clamp(tau / norm.clamp_min(1e-30), max=1.0)
+    return values * factor.view(-1, *([1] * (values.dim() - 1)))
+
+
+class NormBound(Defense):
     Config = NormBoundConfig
 
-    def reduce(self, values: torch.Tensor) -> torch.Tensor:
-        norm = values.norm(dim=2, keepdim=True)  # [g, c, 1]
-        return (values * torch.clamp(self.config.tau / norm.clamp_min(1e-30), max=1.0)).mean(1)
+    def aggregate(self, uploads: Uploads, ctx: RoundContext | None = None) -> Aggregate:
+        tau, mean = self.config.tau, self.config.reduce == "mean"
+        rows = clipped(uploads.row_delta, tau)  # [R, di]
+        ones = torch.ones(rows.shape[0], dtype=rows.dtype, device=rows.device)
+        items, total, uploaders = self.reducer.sum_by_key(uploads.row_item, rows, ones)
+        if mean:
+            total = total / uploaders.unsqueeze(1)
+        dense = self.reducer.sum_dense({k: clipped(v, tau) for k, v in uploads.dense.items()})
+        if mean:
+            dense = {k: v / uploads.n_clients for k, v in dense.items()}
+        return Aggregate(items, total, dense)
