@@ -103,3 +103,33 @@ def test_report_prints_the_paper_beside_fedrun(tmp_path):
     beside = result.stdout.split("Beside the paper")[1]
     line = next(x for x in beside.splitlines() if "| ml-1m" in x and "| fedcl " in x)
     assert "0.0675" in line  # the paper's NCF+FedCL HR@10 on ML-1M, beside fedrun's number
+
+
+def composed_sweeps() -> list[tuple[str, dict]]:
+    """(preset, its sweep after composition: inherited presets' sweeps merged in)."""
+    from hydra import compose, initialize_config_dir
+
+    out = []
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        for path in sorted(EXPERIMENTS.rglob("*.yaml")):
+            name = path.relative_to(EXPERIMENTS).with_suffix("").as_posix()
+            if name.endswith("common"):
+                continue
+            cfg = compose("config", overrides=[f"+experiment={name}"], return_hydra_config=True)
+            out.append((name, dict(cfg.hydra.sweeper.params or {})))
+    return out
+
+
+@pytest.mark.parametrize("preset,sweep", composed_sweeps(), ids=lambda v: v if isinstance(v, str) else "")
+def test_a_sweep_never_sets_a_group_its_rows_override(preset, sweep):
+    """A swept group that a swept row also overrides would win over the row (the CLI's order), and
+    every row but one would run the wrong option — or fail (a robustness matrix inheriting an attacks
+    preset's `attack` sweep did)."""
+    rows = [r.strip() for r in str(sweep.get("row", "")).split(",") if r.strip()]
+    overridden = set()
+    for row in rows:
+        row_cfg = OmegaConf.to_container(OmegaConf.load(Path(config_dir()) / "row" / f"{row}.yaml"))
+        for entry in row_cfg.get("defaults", []):
+            for key in (entry if isinstance(entry, dict) else {}):
+                overridden.add(key.removeprefix("override ").strip("/"))
+    assert not overridden & set(sweep), f"{preset} sweeps {sorted(overridden & set(sweep))}, which its rows set"
