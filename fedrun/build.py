@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 from typing import Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
@@ -41,7 +42,7 @@ def parse_config(config_cls: type[T], node: DictConfig | dict, group: str) -> T:
             raise ConfigError(f"{group}.{key}", values[key], "one of the fields " + ", ".join(fields))
     try:
         merged = OmegaConf.merge(OmegaConf.structured(config_cls), values)
-        return OmegaConf.to_object(merged)
+        config = OmegaConf.to_object(merged)
     except ConfigError as err:
         raise err.prefixed(group) from None
     except (ValidationError, ConfigKeyError) as err:
@@ -51,6 +52,30 @@ def parse_config(config_cls: type[T], node: DictConfig | dict, group: str) -> T:
         raise ConfigError(key, getattr(err, "value", None), expected) from None
     except OmegaConfBaseException as err:  # pragma: no cover - other OmegaConf errors
         raise ConfigError(group, values, str(err).splitlines()[0]) from None
+    bad = non_finite(config)
+    if bad is not None:
+        raise ConfigError(f"{group}.{bad[0]}", bad[1], "a finite number")
+    return config
+
+
+def non_finite(value: Any, path: str = "") -> tuple[str, float] | None:
+    """The first (dotted field, value) of a parsed config whose number is NaN or ±inf, else None. Every
+    number of every option passes here, so no range check downstream ("> 0", "in (0, 1)") sees one."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path, value)
+    if dataclasses.is_dataclass(value):
+        items = ((f.name, getattr(value, f.name)) for f in dataclasses.fields(value))
+    elif isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, (list, tuple)):
+        items = enumerate(value)
+    else:
+        return None
+    for key, inner in items:
+        found = non_finite(inner, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 def _type_name(tp: Any) -> str:

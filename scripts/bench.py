@@ -563,9 +563,10 @@ def bench_w10(args, out: Path) -> str:
         base = base or seconds
         rows.append([name, str(malicious), f"{seconds:.4f}", f"{seconds / base:.2f}×", f"{rss:.2f}"])
     caption = (f"W10 W0's round with malicious clients{' [tiny synthetic]' if args.tiny else ''} (general path, "
-               f"{args.rounds} timed rounds after 2 warm-up; A-hum: 10 synthetic users and 30 mining steps per malicious "
-               f"client, attack.lr 0.01: at W0's client lr of 10 the mined users diverge; FedRecAttack: 1% known "
-               f"interactions, one epoch of fitting per round, every client joins every round); {machine(args.device)}")
+               f"{args.rounds} timed rounds after 2 warm-up; A-hum: 10 synthetic users and 30 mining steps per "
+               f"malicious client, attack.lr 0.01: at W0's client lr of 10 the mined users diverge; FedRecAttack: "
+               f"1% known interactions, one epoch of fitting per round, every client joins every round); "
+               f"{machine(args.device)}")
     return write_table(out, "w10", ["W10 case", "malicious clients", "s / round", "vs no attack", "peak RSS GB"],
                        rows, caption)
 

@@ -26,7 +26,6 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
 
 import torch
 
@@ -34,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fedrun.cli import compose  # noqa: E402
+from fedrun.core.nested import tensors  # noqa: E402
 from fedrun.experiment import build_run  # noqa: E402
 from fedrun.report.table import markdown  # noqa: E402
 from scripts.bench import machine, sync  # noqa: E402  (the benchmark's device timing and description)
@@ -88,18 +88,6 @@ CASES = [
     Case("metamf", "rated", ("method=metamf", "backbone=pmf"), True),
     Case("lightfr", "rated", ("method=lightfr", "backbone=binary-mf"), True),
 ]
-
-
-def tensors(state: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
-    """Every tensor of a nested state (dicts, lists, optimizer states), with a dotted name."""
-    if isinstance(state, torch.Tensor):
-        yield prefix, state
-    elif isinstance(state, dict):
-        for key, value in state.items():
-            yield from tensors(value, f"{prefix}.{key}" if prefix else str(key))
-    elif isinstance(state, (list, tuple)):
-        for index, value in enumerate(state):
-            yield from tensors(value, f"{prefix}.{index}" if prefix else str(index))
 
 
 def state_difference(reference: dict, other: dict) -> tuple[float, str]:

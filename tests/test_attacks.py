@@ -230,7 +230,8 @@ def test_fake_clients_are_ordinary_clients_on_fabricated_data(attack):
     if attack == "eb":
         assert (fake.items.cpu() == built.evaluator.targets.cpu()).all()
     else:
-        assert fake.items.shape == (fake.n_clients, 6) and (fake.items[:, 0].cpu() == built.evaluator.targets[0].cpu()).all()
+        assert fake.items.shape == (fake.n_clients, 6)
+        assert (fake.items[:, 0].cpu() == built.evaluator.targets[0].cpu()).all()
         assert all(len(set(row.tolist())) == 6 for row in fake.items)
 
 
@@ -264,7 +265,8 @@ def psmu_reference(attack, backbone, public, clients):
             scores[targets] = -torch.inf
             rivals = scores.topk(config.n_alternatives).indices
             s = backbone.score(user[None], table[torch.cat([attack.targets, rivals])][None], net)[0]
-            loss = loss + F.softplus(s[len(targets):][None, :] - s[:len(targets)][:, None]).sum() / config.synthetic_users
+            pushed = F.softplus(s[len(targets):][None, :] - s[:len(targets)][:, None]).sum()
+            loss = loss + pushed / config.synthetic_users
         grads = torch.autograd.grad(loss, [table, *net.values()])
         out.append((-attack.lr * grads[0], {k: -attack.lr * g for k, g in zip(net, grads[1:])}))
     return out

@@ -13,7 +13,7 @@ from fedrun.core.paths import config_dir
 from fedrun.errors import ConfigError
 from fedrun.experiment import plan
 from fedrun.sim.config import SimConfig
-from tests.conftest import compose_cfg
+from tests.conftest import SMALL, compose_cfg
 
 CONF = Path(config_dir())
 OPTIONS = sorted(p for p in CONF.glob("*/*.yaml") if p.parent.name not in ("experiment",))
@@ -77,3 +77,23 @@ def test_clients_per_round_as_a_fraction_of_the_clients():
     assert SimConfig(clients_per_round=1).round_size(943) == 1
     with pytest.raises(ConfigError, match=r"clients_per_round.*1\.5"):
         SimConfig(clients_per_round=1.5)
+
+
+@pytest.mark.parametrize("override,field", [
+    ("method.optimizer.lr=inf", "method.optimizer.lr"),
+    ("method.optimizer.lr=-inf", "method.optimizer.lr"),
+    ("method.server_optimizer.lr=inf", "method.server_optimizer.lr"),
+    ("backbone.l2=inf", "backbone.l2"),
+    ("privacy=ldp", None),
+    ("attack=a_hum", None),
+])
+def test_non_finite_numbers_are_refused_by_name_before_any_data_is_read(override, field, tmp_path, monkeypatch):
+    """inf passes every "> 0" check; one walk over every parsed option refuses NaN and ±inf by name."""
+    from fedrun.experiment import plan
+
+    monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "no-data-here"))
+    extra = {"privacy=ldp": ["privacy.epsilon=inf"], "attack=a_hum": ["attack.mining_lr=inf"]}.get(override, [])
+    expected = field or extra[0].split("=")[0]
+    with pytest.raises(ConfigError) as refused:
+        plan(compose_cfg(SMALL + [override, *extra]))
+    assert refused.value.field == expected and "finite" in str(refused.value) or "-inf" in override

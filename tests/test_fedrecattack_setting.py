@@ -40,7 +40,8 @@ def test_sampled_negatives_are_drawn_afresh_only_when_asked():
     users = torch.arange(10)
     for resample in (False, True):
         def evaluator():
-            return Sampled(SampledConfig(num_negatives=20, resample=resample), env.split, torch.device("cpu"), rating=False)
+            config = SampledConfig(num_negatives=20, resample=resample)
+            return Sampled(config, env.split, torch.device("cpu"), rating=False)
         sampled = evaluator()
         first, second = sampled.negatives("test", users).clone(), sampled.negatives("test", users).clone()
         assert torch.equal(first, second) != resample

@@ -9,7 +9,7 @@ from mlflow.tracking import MlflowClient
 from fedrun import experiment
 from fedrun.report.cli import main as report_main
 from fedrun.simulator.loop import NumericalError
-from tests.conftest import SMALL, compose_cfg
+from tests.conftest import SMALL, compose_cfg, make_method
 
 
 def run(overrides):
@@ -294,3 +294,15 @@ def test_negatives_drawn_once_stay_the_same_every_round():
     first, later = fixed.problems(users, 0), fixed.problems(users, 7)
     assert all(torch.equal(a.items, b.items) for a, b in zip(first, later))
     assert not all(torch.equal(a.items, b.items) for a, b in zip(fresh.problems(users, 0), fresh.problems(users, 7)))
+
+
+def test_a_model_that_diverged_in_its_last_round_is_never_scored():
+    """The loop checks the model before testing: a NaN in any floating tensor of its state ends the run
+    with the component and round named, instead of a FINISHED run scored on NaN."""
+    from fedrun.sim.guards import NumericalError, check_model
+
+    method, _ = make_method(["backbone=ncf"])
+    check_model(method.state_dict(), 3)  # a healthy model passes
+    method.public.net["head.weight"][0, 0] = float("nan")
+    with pytest.raises(NumericalError, match=r"the model to be tested \(.*head.weight\) .* round 3"):
+        check_model(method.state_dict(), 3)

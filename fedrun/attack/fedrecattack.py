@@ -37,7 +37,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from fedrun.attack._known import KnownInteractions
 from fedrun.attack.base import Attack, AttackConfig, AttackSetup
 from fedrun.backbone.base import PublicParams
 from fedrun.core.seeding import generator
@@ -90,7 +89,8 @@ class FedRecAttack(Attack):
         self.backbone, self.known = setup.backbone, setup.known.to(setup.device)
         self.targets = setup.targets.to(setup.device)
         self.lr = config.lr if config.lr is not None else setup.client_lr
-        self.users = (torch.randn(setup.n_users, setup.backbone.user_width, generator=generator(setup.seed, "attack-users"))
+        draws = generator(setup.seed, "attack-users")
+        self.users = (torch.randn(setup.n_users, setup.backbone.user_width, generator=draws)
                       * config.init_std).to(setup.device).requires_grad_(True)  # [U, du] Û
         self.optimizer = torch.optim.Adam([self.users], lr=config.attack_lr)
         self.fitted_on: torch.Tensor | None = None  # the item table Û was last fitted to

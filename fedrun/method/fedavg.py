@@ -33,8 +33,7 @@ from fedrun.errors import check, check_choice
 from fedrun.method.federated import ClientResult, FastRound, FederatedMethod
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.sim.batching import local_problem
-from fedrun.sim.local import problem_loss
-from fedrun.sim.local import ClientOptimizer
+from fedrun.sim.local import ClientOptimizer, problem_loss
 from fedrun.sim.rows import gather_rows
 from fedrun.sim.server_opt import ServerOptimizerConfig
 from fedrun.types import ClientBatch

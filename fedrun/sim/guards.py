@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from fedrun.backbone.base import PublicParams
+from fedrun.core.nested import tensors
 from fedrun.errors import FedrunError
 from fedrun.types import Uploads
 
@@ -27,6 +28,14 @@ def check_finite(tensor: torch.Tensor, component: str, round_index: int) -> None
             f"{component} produced {bad} non-finite value(s) in round {round_index}. Lower the learning rate "
             "(method.optimizer.lr, or method.lr / method.server_optimizer.lr where the method has no client "
             "optimizer), or check the data and the method's settings.")
+
+
+def check_model(state: dict, rounds: int) -> None:
+    """Before the test: every floating tensor of the model's state (``Method.state_dict()``) is finite,
+    so a run that diverged in its last round fails with its reason instead of being scored on NaN."""
+    for name, tensor in tensors(state):
+        if tensor.is_floating_point():
+            check_finite(tensor, f"the model to be tested ({name})", rounds)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from fedrun.errors import FedrunError
 from fedrun.eval.base import Evaluator
 from fedrun.method.base import Method
 from fedrun.sim.config import SimConfig
-from fedrun.sim.guards import NumericalError
+from fedrun.sim.guards import NumericalError, check_model
 from fedrun.simulator.checkpoint import RunnerState, snapshot
 from fedrun.simulator.signals import graceful_stop
 from fedrun.simulator.trainer import Trainer
@@ -100,6 +100,7 @@ def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimC
     bar.close()
     rounds = state.next_round
     selection = _select_tested_model(state, method, evaluator, sim, per_epoch) if sim.selects_on_validation else {}
+    check_model(method.state_dict(), rounds)  # never score a diverged model
     started = time.perf_counter()
     test = evaluator.evaluate(method, "test")
     state.eval_seconds += time.perf_counter() - started
