@@ -15,7 +15,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from fedrun.core.paths import config_dir
-from fedrun.errors import FedrunError
+from fedrun.errors import ConfigError, FedrunError
 from fedrun.simulator.loop import Interrupted
 
 
@@ -41,9 +41,9 @@ def _app(cfg: DictConfig) -> float | None:
 
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
-    set_threads(cfg.sim.get("threads"), hydra_cfg.launcher.get("n_jobs") if multirun else None)
     sweep = hydra_cfg.sweep.dir if multirun else None
     try:
+        set_threads(cfg.sim.get("threads"), hydra_cfg.launcher.get("n_jobs") if multirun else None)
         result = experiment.run(cfg, sweep=sweep, job=hydra_cfg.job.num if multirun else None)
     except Interrupted as err:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # stopped cleanly: a further Ctrl-C must not cut the exit
@@ -68,6 +68,8 @@ def set_threads(threads: int | None, parallel_jobs: int | None) -> None:
 
     import torch
 
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ConfigError("sim.threads", threads, "null or an integer >= 1")  # before torch sees it
     cores = os.cpu_count() or 1
     if parallel_jobs is not None and parallel_jobs < 0:  # joblib: -1 = one job per core, -2 = all but one, ...
         parallel_jobs = max(1, cores + 1 + parallel_jobs)

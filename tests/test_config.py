@@ -97,3 +97,25 @@ def test_non_finite_numbers_are_refused_by_name_before_any_data_is_read(override
     with pytest.raises(ConfigError) as refused:
         plan(compose_cfg(SMALL + [override, *extra]))
     assert refused.value.field == expected and "finite" in str(refused.value) or "-inf" in override
+
+
+@pytest.mark.parametrize("override,field", [
+    ("sim.device=cudaX", "sim.device"), ("sim.device=cuda:-1", "sim.device"),
+    ("dataset.split.seed=-1", "dataset.split.seed"),
+])
+def test_device_strings_and_split_seeds_are_checked_before_torch_or_numpy_sees_them(override, field, tmp_path,
+                                                                                  monkeypatch):
+    from fedrun.experiment import plan
+
+    monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "no-data-here"))
+    with pytest.raises(ConfigError) as refused:
+        plan(compose_cfg(SMALL + [override]))
+    assert refused.value.field == field
+
+
+@pytest.mark.parametrize("threads", [-1, 0, True, 1.5])
+def test_thread_counts_are_refused_by_name_before_torch_sets_them(threads):
+    from fedrun.cli import set_threads
+
+    with pytest.raises(ConfigError, match=r"sim.threads=.* null or an integer >= 1"):
+        set_threads(threads, None)

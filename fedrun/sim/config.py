@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
@@ -50,7 +51,7 @@ class SimConfig:
         check_choice("sampling", self.sampling, ("epoch", "independent"))
         check(self.threads is None or self.threads >= 1, "threads", self.threads, "null or an integer >= 1")
         check(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "an integer >= 0")
-        check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), "device",
+        check(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device) is not None, "device",
               self.device, "auto, cpu, cuda or cuda:N")
 
     @property
