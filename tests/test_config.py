@@ -119,3 +119,14 @@ def test_thread_counts_are_refused_by_name_before_torch_sets_them(threads):
 
     with pytest.raises(ConfigError, match=r"sim.threads=.* null or an integer >= 1"):
         set_threads(threads, None)
+
+
+def test_a_sampled_cut_off_that_covers_every_candidate_is_refused(tmp_path, monkeypatch):
+    """With 99 negatives, HR@100 is 1 for every user: a cut-off must stay below the candidate count."""
+    from fedrun.experiment import plan
+
+    monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "no-data-here"))
+    with pytest.raises(ConfigError, match=r"eval.ks=\[10, 100\] .* up to num_negatives = 99 with hr") as refused:
+        plan(compose_cfg(SMALL + ["eval=sampled", "eval.ks=[10,100]", "eval.num_negatives=99",
+                                       "eval.metrics=[hr,mrr]"]))
+    assert refused.value.field == "eval.ks"
