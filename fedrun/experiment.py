@@ -183,6 +183,7 @@ def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) ->
     config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
 
     def save(runner_state: RunnerState) -> Path:
+        tracker.flush()  # the history up to the checkpoint is in the store before the checkpoint exists
         checkpoint.save(checkpoint_path, b.method.state_dict(), runner_state, config_yaml, tracker.run_id)
         tracker.log_checkpoint(checkpoint_path)
         return checkpoint_path

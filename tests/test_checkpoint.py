@@ -84,3 +84,20 @@ def test_unusable_checkpoint_dir_is_a_config_error_before_training(tmp_path):
     blocker.write_text("")
     with pytest.raises(ConfigError, match=r"sim.checkpoint_dir=.*a folder that can be created"):
         run([f"sim.checkpoint_dir={blocker / 'sub'}"])
+
+
+def test_a_checkpoint_is_written_only_after_the_metrics_before_it_are_in_the_store(tmp_path, monkeypatch):
+    """After a SIGKILL the run resumes from its last checkpoint: the history up to that round must already
+    be stored, even though metrics are buffered (here: flush_every far above the run's values)."""
+    seen = []
+    real_save = checkpoint.save
+
+    def watched(path, method_state, runner, config_yaml, run_id):
+        history = MlflowClient().get_metric_history(run_id, "train_loss")
+        seen.append((runner.next_round, len(history)))
+        return real_save(path, method_state, runner, config_yaml, run_id)
+
+    monkeypatch.setattr(checkpoint, "save", watched)
+    run(["track.experiment=flushed", "track.flush_every=100000", "sim.max_rounds=4", "sim.checkpoint_every=2",
+         f"sim.checkpoint_dir={tmp_path}"])
+    assert seen == [(2, 2), (4, 4)]

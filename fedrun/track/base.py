@@ -34,6 +34,9 @@ class Tracker:
     def log_artifact(self, path: Path) -> None:
         pass
 
+    def flush(self) -> None:
+        """Send buffered metrics now (before a checkpoint, so a resumed run's history has no gap)."""
+
     def log_checkpoint(self, path: Path) -> None:
         pass
 
