@@ -166,6 +166,7 @@ def run_record(b: Built, sweep: str | None, job: int | None) -> tuple[dict[str, 
 
 RESUME_MAY_CHANGE = ("sim.resume", "sim.checkpoint_dir", "sim.checkpoint_every", "sim.progress", "sim.max_rounds",
                      "sim.epochs", "sim.eval_every", "eval.memory_mb", "track.")
+RESUME_CHANGES_RESULT = ("sim.max_rounds", "sim.epochs", "sim.eval_every")  # recorded params a resume may change
 
 
 def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) -> RunResult:
@@ -175,10 +176,15 @@ def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) ->
         record_failure(cfg, err, sweep, job)
         raise
     tracker, sim = b.plan.tracker, b.plan.sim
-    state, resumed_run = resume_state(b, cfg) if sim.resume else (None, None)
+    state, resumed_run, same_params = resume_state(b, cfg) if sim.resume else (None, None, False)
     experiment = experiment_name(getattr(tracker.config, "experiment", None), cfg, b.plan.dataset.name)
-    if not (resumed_run and tracker.resume(resumed_run)):
-        tracker.start(experiment, b.label.replace(" ", " · "), *run_record(b, sweep, job))
+    if not (resumed_run and same_params and tracker.resume(resumed_run)):
+        # a new run: no checkpoint, a FINISHED run (its record stays as it is), or a resume that changes a
+        # recorded param (the continuation is recorded under what it really runs, linked to its origin)
+        params, tags = run_record(b, sweep, job)
+        if resumed_run:
+            tags["fedrun.resumed_from"] = resumed_run
+        tracker.start(experiment, b.label.replace(" ", " · "), params, tags)
     checkpoint_path = Path(sim.checkpoint_dir or job_dir()) / "checkpoint.pt"
     config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
 
@@ -213,8 +219,9 @@ def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) ->
     return result
 
 
-def resume_state(b: Built, cfg: DictConfig) -> tuple[RunnerState, str | None]:
-    """Load ``sim.resume`` (a path, else an MLflow run id) into the method; check the config matches."""
+def resume_state(b: Built, cfg: DictConfig) -> tuple[RunnerState, str | None, bool]:
+    """Load ``sim.resume`` (a path, else an MLflow run id) into the method; check the config matches →
+    (runner state, the checkpoint's run id, whether the run's recorded params stay the same)."""
     target = b.plan.sim.resume
     path = Path(target)
     if not path.exists() and "/" not in target and not target.endswith(".pt"):
@@ -228,7 +235,8 @@ def resume_state(b: Built, cfg: DictConfig) -> tuple[RunnerState, str | None]:
         diffs = ", ".join(f"{k} ({saved.get(k)!r} → {current.get(k)!r})" for k in changed[:6])
         raise ConfigError("sim.resume", target, f"the config the checkpoint was made with; these differ: {diffs}")
     b.method.load_state_dict(payload["method"])
-    return payload["runner"], payload["run_id"]
+    same_params = all(saved.get(k) == current.get(k) for k in RESUME_CHANGES_RESULT)
+    return payload["runner"], payload["run_id"], same_params
 
 
 def record_failure(cfg: DictConfig, err: Exception, sweep: str | None, job: int | None) -> None:

@@ -38,17 +38,45 @@ def test_resume_from_checkpoint_equals_uninterrupted_run(case, tmp_path):
     assert resumed.test == full.test
     assert resumed.valid == full.valid
     client = MlflowClient()
-    (record,) = client.search_runs([client.get_experiment_by_name("parts").experiment_id])  # one run, continued
-    assert record.info.status == "FINISHED" and record.data.tags.get("fedrun.resumed") == "true"
+    first, continued = sorted(client.search_runs([client.get_experiment_by_name("parts").experiment_id]),
+                              key=lambda r: r.info.start_time)  # the part ran to its max_rounds: a finished run
+    assert first.info.status == continued.info.status == "FINISHED"
+    assert continued.data.tags["fedrun.resumed_from"] == first.info.run_id
 
 
-def test_resume_by_mlflow_run_id(tmp_path):
+def test_resume_by_mlflow_run_id_never_reopens_a_finished_run(tmp_path):
+    """Continuing a FINISHED run to more rounds is a new run linked to it: the finished record keeps its
+    params and final metrics, and the continuation is recorded under what it really ran."""
     run(["track.experiment=byid", "sim.max_rounds=4", "sim.checkpoint_every=2", f"sim.checkpoint_dir={tmp_path}"])
     client = MlflowClient()
-    (record,) = client.search_runs([client.get_experiment_by_name("byid").experiment_id])
+    experiment = client.get_experiment_by_name("byid").experiment_id
+    (record,) = client.search_runs([experiment])
     assert [a.path for a in client.list_artifacts(record.info.run_id, "checkpoint")] == ["checkpoint/checkpoint.pt"]
+    before = record.data.metrics
     resumed = run(["track.experiment=byid", f"sim.resume={record.info.run_id}", "sim.max_rounds=6"])
     assert resumed.rounds == 6
+    runs = {r.info.run_id: r for r in client.search_runs([experiment])}
+    assert len(runs) == 2
+    original = runs[record.info.run_id]
+    assert original.info.status == "FINISHED" and original.data.params["sim.max_rounds"] == "4"
+    assert original.data.metrics == before  # untouched
+    (continued,) = [r for r in runs.values() if r.info.run_id != record.info.run_id]
+    assert continued.data.params["sim.max_rounds"] == "6"
+    assert continued.data.tags["fedrun.resumed_from"] == record.info.run_id
+
+
+def test_a_resume_that_changes_a_recorded_param_is_recorded_under_the_new_value(tmp_path):
+    """An interrupted run resumed with more epochs would otherwise keep `sim.epochs=2` beside 3 epochs of
+    numbers: the continuation becomes a new run with the params it really ran."""
+    run(["track.experiment=longer", "sim.epochs=2", "sim.max_rounds=3", "sim.checkpoint_every=3",
+         f"sim.checkpoint_dir={tmp_path}"])
+    run(["track.experiment=longer", "sim.epochs=3", "sim.max_rounds=5", f"sim.resume={tmp_path / 'checkpoint.pt'}",
+         f"sim.checkpoint_dir={tmp_path / 'again'}"])
+    client = MlflowClient()
+    runs = client.search_runs([client.get_experiment_by_name("longer").experiment_id])
+    assert sorted(r.data.params["sim.epochs"] for r in runs) == ["2", "3"]
+    (continued,) = [r for r in runs if r.data.params["sim.epochs"] == "3"]
+    assert continued.data.tags["fedrun.resumed_from"] in {r.info.run_id for r in runs}
 
 
 def test_resume_refuses_a_different_config(tmp_path):

@@ -84,6 +84,8 @@ class Mlflow(Tracker):
             run = client.get_run(run_id)
         except MlflowException:
             return False
+        if run.info.status == "FINISHED":
+            return False  # never reopened: its results stay as recorded, the continuation is a new run
         client.update_run(run_id, status="RUNNING")
         client.set_tag(run_id, "fedrun.resumed", "true")
         self._run_id, self.experiment_id = run_id, run.info.experiment_id
