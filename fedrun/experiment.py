@@ -127,7 +127,11 @@ def build_run(cfg: DictConfig) -> Built:
         evaluator.watch_targets(targets)
         log.info("attack: %d malicious clients promote item(s) %s", getattr(p.attack, "n_clients", 0),
                  targets.tolist())
-    return Built(p, env, method, trainer, evaluator, label)
+    built = Built(p, env, method, trainer, evaluator, label)
+    for name in clear_uploads(built):
+        log.warning("privacy: every sampled client uploads its %s in the clear (privacy=%s); the server sees "
+                    "private parameters. privacy=ldp perturbs it as the paper does.", name, p.choices["privacy"])
+    return built
 
 
 def client_lr(method_config: Any, attack_config: AttackConfig) -> float:
@@ -161,7 +165,16 @@ def run_record(b: Built, sweep: str | None, job: int | None) -> tuple[dict[str, 
             **{f"fedrun.{g}": v for g in PRESET_GROUPS if (v := OmegaConf.select(p.cfg, f"choices.{g}"))}}
     if sweep:
         tags.update({"fedrun.sweep": sweep, "fedrun.job": str(job)})
+    clear = clear_uploads(b)
+    if clear:
+        tags["fedrun.clear_uploads"] = ",".join(clear)
     return params, tags
+
+
+def clear_uploads(b: Built) -> list[str]:
+    """Private parameters the run's clients upload that no privacy mechanism covers."""
+    offered = getattr(b.method, "clear_private_uploads", None)
+    return offered(b.plan.privacy) if offered is not None else []
 
 
 RESUME_MAY_CHANGE = ("sim.resume", "sim.checkpoint_dir", "sim.checkpoint_every", "sim.progress", "sim.max_rounds",

@@ -12,7 +12,7 @@ import torch
 from fedrun.method.federated import ClientResult
 from fedrun.sim.guards import UploadError
 from fedrun.types import Uploads
-from tests.conftest import make_method, round_of, unpack
+from tests.conftest import SMALL, compose_cfg, make_method, round_of, unpack
 
 
 class PrivacyViolation(AssertionError):
@@ -131,3 +131,16 @@ def test_uploads_with_undeclared_fields_are_refused():
     method.client_step = leaky_client_step
     with pytest.raises(UploadError, match=r"undeclared fields \['user_embedding'\]"):
         round_of(method).train_round(0)
+
+
+@pytest.mark.parametrize("privacy,clear", [("none", ["user_embedding"]), ("ldp", [])])
+def test_a_protocol_that_uploads_private_parameters_in_the_clear_says_so(privacy, clear, caplog):
+    """FedCL's exchange uploads user embeddings: without LDP the run says so in its log and its tags."""
+    from fedrun.experiment import build_run, run_record
+
+    cfg = compose_cfg(SMALL + ["method=fedcl", "backbone=fedcl/ncf", f"privacy={privacy}", "method.n_clusters=4"])
+    with caplog.at_level("WARNING", logger="fedrun"):
+        built = build_run(cfg)
+    _, tags = run_record(built, None, None)
+    assert tags.get("fedrun.clear_uploads", "").split(",") == (clear or [""])
+    assert ("uploads its user_embedding in the clear" in caplog.text) == bool(clear)

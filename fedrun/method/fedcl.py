@@ -160,6 +160,11 @@ class FedCL(FederatedMethod):
     def describe(self) -> dict:
         return {"in_batch_negatives": self.in_batch}
 
+    def clear_private_uploads(self, privacy: Privacy) -> list[str]:
+        """The exchange uploads every sampled client's user embedding (§3.1): in the clear unless the privacy
+        mechanism covers ``user_embedding`` (the paper's LDP)."""
+        return ["user_embedding"] if self.hard_server is not None and "user_embedding" not in privacy.targets else []
+
     def make_server(self, public: PublicParams) -> Server:
         return OptimizerServer(public, self.config.server_optimizer)
 
