@@ -306,3 +306,22 @@ def test_a_model_that_diverged_in_its_last_round_is_never_scored():
     method.public.net["head.weight"][0, 0] = float("nan")
     with pytest.raises(NumericalError, match=r"the model to be tested \(.*head.weight\) .* round 3"):
         check_model(method.state_dict(), 3)
+
+
+def test_split_seeds_that_draw_nothing_are_not_counted_as_replicates():
+    """Under loo the split is the same whatever dataset.split.seed says: two such runs with one training
+    seed are one replicate (the later counts); under random_ratio they are two."""
+    import pandas as pd
+
+    from fedrun.report.cli import drop_reruns
+
+    frame = pd.DataFrame({
+        "run_id": ["loo-a", "loo-b", "ratio-a", "ratio-b"], "status": ["FINISHED"] * 4, "start_time": [1, 2, 3, 4],
+        "param:choices.method": ["fedavg"] * 4, "param:choices.backbone": ["mf"] * 4,
+        "param:choices.dataset": ["ml-1m"] * 4, "param:sim.seed": ["1"] * 4,
+        "param:dataset.split.protocol": ["loo", "loo", "random_ratio", "random_ratio"],
+        "param:dataset.split.seed": ["0", "7", "0", "7"], "metric:test_hr_at_10": [0.1, 0.2, 0.3, 0.4],
+    })
+    kept, superseded = drop_reruns(frame)
+    assert list(superseded["run_id"]) == ["loo-a"]
+    assert sorted(kept["run_id"]) == ["loo-b", "ratio-a", "ratio-b"]

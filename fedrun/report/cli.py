@@ -26,6 +26,7 @@ from fedrun.track.mlflow import default_uri, experiment_id, open_client
 SEED_PARAMS = {"sim.seed", "sim.progress", "sim.device", "device", "dataset.split.seed", "dataset.split.fold",
                "sim.threads", "sim.checkpoint_dir", "sim.checkpoint_every", "sim.resume"}
 REPLICATE_PARAMS = ("sim.seed", "dataset.split.seed", "dataset.split.fold")  # what makes two runs replicates
+SEEDLESS_SPLITS = ("loo", "temporal_ratio")  # protocols whose split the data-split seed does not draw
 DEFAULT_METRICS = ["test_hr_at_10", "test_ndcg_at_10", "test_recall_at_20", "test_ndcg_at_20", "test_mae", "test_rmse"]
 
 
@@ -57,14 +58,19 @@ def group_columns(frame: pd.DataFrame) -> list[str]:
 def drop_reruns(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A finished run repeated with the same options and seeds is a rerun: the latest one counts,
     the earlier ones are returned to be listed (a seed counted twice would bias mean, std and the
-    paired tests)."""
+    paired tests). Under ``loo`` and ``temporal_ratio`` the data-split seed draws nothing, so runs that
+    differ only in it are reruns too."""
     done = frame[frame["status"] == "FINISHED"]
     if done.empty:
         return frame, done
     replicate = [c for c in (f"param:{p}" for p in REPLICATE_PARAMS) if c in done.columns]
     keys = group_columns(done) + replicate
     ordered = done.sort_values("start_time")
-    superseded = ordered[ordered.astype(str).duplicated(keys, keep="last")]
+    text = ordered.astype(str)
+    if {"param:dataset.split.protocol", "param:dataset.split.seed"} <= set(text.columns):
+        seedless = text["param:dataset.split.protocol"].isin(SEEDLESS_SPLITS)  # such runs share one split:
+        text.loc[seedless, "param:dataset.split.seed"] = "-"  # a different split seed is not a replicate
+    superseded = ordered[text.duplicated(keys, keep="last")]
     return frame.drop(superseded.index), superseded
 
 
