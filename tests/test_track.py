@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import subprocess
 import sys
 
@@ -27,3 +29,33 @@ def test_runs_started_together_on_a_fresh_sqlite_store_all_land(tmp_path):
     runs = client.search_runs([client.get_experiment_by_name("parallel").experiment_id])
     assert sorted(run.data.params["job"] for run in runs) == ["0", "1", "2", "3"]
     assert {run.info.status for run in runs} == {"FINISHED"}
+
+
+@pytest.mark.parametrize("case", ["no server", "not a database", "no folder"])
+def test_a_broken_tracking_store_is_one_named_line_before_any_data_is_read(case, tmp_path, monkeypatch):
+    """A server that does not answer, a file that is not a SQLite database, a folder that cannot exist:
+    refused within seconds by name (MLflow's client retried a dead server for minutes)."""
+    import socket
+    import time
+
+    from fedrun.errors import ConfigError
+    from fedrun.experiment import plan
+    from tests.conftest import SMALL, compose_cfg
+
+    if case == "no server":
+        with socket.socket() as probe:  # a port nothing listens on
+            probe.bind(("127.0.0.1", 0))
+            uri = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    elif case == "not a database":
+        (tmp_path / "bad.db").write_text("not sqlite")
+        uri = f"sqlite:///{tmp_path / 'bad.db'}"
+    else:
+        (tmp_path / "file").write_text("")
+        uri = f"sqlite:///{tmp_path / 'file' / 'below' / 'mlflow.db'}"  # a folder under a file
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "no-data-here"))
+    started = time.perf_counter()
+    with pytest.raises(ConfigError) as refused:
+        plan(compose_cfg(SMALL + ["track=mlflow"]))
+    assert refused.value.field == "MLFLOW_TRACKING_URI" and uri in str(refused.value)
+    assert time.perf_counter() - started < 10

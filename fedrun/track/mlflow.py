@@ -12,13 +12,15 @@ import contextlib
 import fcntl
 import logging
 import os
+import sqlite3
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedrun.errors import check
+from fedrun.errors import ConfigError, check
 from fedrun.track.base import Tracker
 
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
@@ -50,6 +52,7 @@ class Mlflow(Tracker):
     def __init__(self, config: MlflowConfig):
         super().__init__(config)
         self.uri = config.uri or default_uri()
+        check_store(self.uri, "track.uri" if config.uri else "MLFLOW_TRACKING_URI")  # before any data is read
         self.client = None
         self._run_id: str | None = None
         self.experiment_id: str | None = None
@@ -142,6 +145,38 @@ class Mlflow(Tracker):
             return None
         return (f"MLflow run {self._run_id}: `mlflow ui --backend-store-uri {self.uri}`, then the runs table at "
                 f"http://127.0.0.1:5000/#/experiments/{self.experiment_id}/runs")
+
+
+PROBE_SECONDS = 5  # a tracking server must answer its health check within this
+
+
+def check_store(uri: str, field: str) -> None:
+    """Fail fast, in one line naming the URI, when the tracking store cannot take a run: a server that
+    does not answer within ``PROBE_SECONDS`` (MLflow's own client would retry for minutes), a SQLite file
+    that is not writable or not a database. A server that answers gets MLflow's HTTP retries bounded."""
+    if uri.startswith(("http://", "https://")):
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+        try:
+            urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=PROBE_SECONDS).close()
+        except (OSError, ValueError) as err:  # URLError, refused, timed out, malformed
+            raise ConfigError(field, uri, f"a tracking server that answers within {PROBE_SECONDS} s (it did not: "
+                              f"{getattr(err, 'reason', err)}); or unset it for the local SQLite store") from None
+    elif uri.startswith("sqlite:///"):
+        database = Path(uri[len("sqlite:///"):])
+        if database.exists():
+            if not os.access(database, os.W_OK):
+                raise ConfigError(field, uri, "a SQLite store this user can write (the file is read-only)")
+            try:
+                with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5)) as db:
+                    db.execute("PRAGMA schema_version").fetchone()
+            except sqlite3.DatabaseError as err:
+                raise ConfigError(field, uri, f"an MLflow SQLite store (this file is not one: {err})") from None
+        else:
+            try:
+                database.parent.mkdir(parents=True, exist_ok=True)  # where the store will be created anyway
+            except OSError as err:
+                raise ConfigError(field, uri, f"a SQLite store in a folder this user can create ({err})") from None
 
 
 def open_client(uri: str):
