@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
 import subprocess
 import sys
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 OPEN_AND_START = """
