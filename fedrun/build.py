@@ -23,13 +23,17 @@ from fedrun.errors import ConfigError, check
 T = TypeVar("T")
 
 
-def resolve_target(target: str, group: str) -> type:
+def resolve_target(target: str, group: str, base: type | None = None) -> type:
+    """The class ``target`` names, checked to be a ``base`` subclass with a ``Config`` (else a named error)."""
     module_name, _, class_name = target.rpartition(".")
     try:
         module = importlib.import_module(module_name)
-        return getattr(module, class_name)
+        cls = getattr(module, class_name)
     except (ImportError, AttributeError, ValueError):
         raise ConfigError(f"{group}._target_", target, "an importable class path") from None
+    if base is not None and not (isinstance(cls, type) and issubclass(cls, base) and hasattr(cls, "Config")):
+        raise ConfigError(f"{group}._target_", target, f"a subclass of {base.__name__}")
+    return cls
 
 
 def parse_config(config_cls: type[T], node: DictConfig | dict, group: str) -> T:
@@ -87,9 +91,7 @@ def build(node: DictConfig, group: str, base: type[T], **kwargs: Any) -> T:
     """Instantiate the option selected for ``group`` (its ``_target_``), checked against ``base``."""
     if node is None or "_target_" not in node:
         raise ConfigError(f"{group}._target_", None, "the class implementing this option")
-    cls = resolve_target(node["_target_"], group)
-    if not (isinstance(cls, type) and issubclass(cls, base)):
-        raise ConfigError(f"{group}._target_", node["_target_"], f"a subclass of {base.__name__}")
+    cls = resolve_target(node["_target_"], group, base)
     config = parse_config(cls.Config, node, group)
     return cls(config, **kwargs)
 

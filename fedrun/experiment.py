@@ -67,11 +67,11 @@ def plan(cfg: DictConfig) -> Plan:
     sim = parse_config(SimConfig, cfg.sim, "sim")
     sim.torch_device()  # a requested but absent device fails here
     configs, classes = {}, {}
-    for group in ("method", "eval"):
+    for group, base in (("method", Method), ("eval", Evaluator)):
         target = cfg[group].get("_target_")
         if not target:
             raise ConfigError(f"{group}._target_", target, "the class implementing this option")
-        classes[group] = resolve_target(target, group)
+        classes[group] = resolve_target(target, group, base)
         configs[group] = parse_config(classes[group].Config, cfg[group], group)
     p = Plan(
         dataset=build(cfg.dataset, "dataset", Dataset),

@@ -130,3 +130,18 @@ def test_a_sampled_cut_off_that_covers_every_candidate_is_refused(tmp_path, monk
         plan(compose_cfg(SMALL + ["eval=sampled", "eval.ks=[10,100]", "eval.num_negatives=99",
                                        "eval.metrics=[hr,mrr]"]))
     assert refused.value.field == "eval.ks"
+
+
+@pytest.mark.parametrize("override,field,base", [
+    ("method._target_=fedrun.backbone.mf.MF", "method._target_", "Method"),
+    ("method._target_=os.path.join", "method._target_", "Method"),
+    ("eval._target_=fedrun.method.fedavg.FedAvg", "eval._target_", "Evaluator"),
+    ("privacy._target_=math.sqrt", "privacy._target_", "Privacy"),
+])
+def test_a_target_of_the_wrong_kind_is_named_before_its_config_is_read(override, field, base, tmp_path, monkeypatch):
+    from fedrun.experiment import plan
+
+    monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "no-data-here"))
+    with pytest.raises(ConfigError, match=f"expected a subclass of {base}") as refused:
+        plan(compose_cfg(SMALL + [override]))
+    assert refused.value.field == field
