@@ -11,6 +11,7 @@ from fedrun.data.client_store import ClientStore
 from fedrun.data.interactions import Interactions
 from fedrun.data.negatives import sample_batch_negatives, sample_negatives
 from fedrun.errors import ConfigError
+from tests.conftest import compose_cfg, needs_data
 
 
 def table(rows, n_users=None, n_items=None, with_order=True):
@@ -111,3 +112,21 @@ def test_draw_ids_give_repeated_users_independent_negatives():
     users = torch.tensor([3, 3, 3])
     drawn = sample_negatives(users, 20, 1000, torch.empty(0, dtype=torch.int64), seed=0, draw_ids=torch.arange(3))
     assert not torch.equal(drawn[0], drawn[1]) and not torch.equal(drawn[1], drawn[2])
+
+
+@needs_data
+@pytest.mark.parametrize("damage", [b"", b"not an npz file", b"PK\x03\x04 truncated zip"])
+def test_a_corrupt_parse_cache_is_rebuilt_not_a_traceback(damage, tmp_path, monkeypatch):
+    """The parse cache is keyed by the files' checksums; a truncated or corrupt cache file (a full disk, a
+    killed writer) is deleted and the files are parsed again."""
+    from fedrun.experiment import plan
+
+    monkeypatch.setenv("FEDRUN_CACHE_DIR", str(tmp_path / "cache"))
+    dataset = plan(compose_cfg(["dataset=ml-100k", "track=none"])).dataset
+    expected = dataset.load_parts()
+    (cached,) = (tmp_path / "cache").glob("ml-100k-*.npz")
+    cached.write_bytes(damage)
+    again = dataset.load_parts()
+    assert again.keys() == expected.keys()
+    assert all((again[k].user == expected[k].user).all() for k in expected)
+    assert cached.exists() and cached.stat().st_size > 1000  # rebuilt

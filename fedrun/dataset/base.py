@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -15,6 +17,8 @@ from fedrun.data.files import DataFile, digest, resolve
 from fedrun.data.interactions import Interactions
 from fedrun.data.splits import Split
 from fedrun.errors import check, check_choice, check_fraction
+
+log = logging.getLogger("fedrun")
 
 PROTOCOLS = ("loo", "temporal_ratio", "random_ratio", "kfold", "predefined")
 CACHE_VERSION = "1"
@@ -87,7 +91,10 @@ class Dataset:
         paths = {spec.path: resolve(self.name, spec) for spec in self.files()}
         cache = _cache_path(self.name, self.digest() + self._read_key())
         if cache.exists():
-            return _load_cache(cache)
+            cached = _load_cache(cache)
+            if cached is not None:
+                return cached
+            log.warning("%s: the parse cache %s is unreadable; parsing the files again", self.name, cache)
         parts = dict(sorted(self.read(paths).items()))  # a fixed part order, cached or not
         _save_cache(cache, parts)
         return parts
@@ -174,15 +181,22 @@ def _save_cache(path: Path, parts: dict[str, Interactions]) -> None:
         pass
 
 
-def _load_cache(path: Path) -> dict[str, Interactions]:
-    with np.load(path) as arrays:
-        names = sorted({key.split(".")[0] for key in arrays.files})
-        parts = {}
-        for name in names:
-            n_users, n_items = arrays[f"{name}.shape"].tolist()
-            parts[name] = Interactions(
-                arrays[f"{name}.user"], arrays[f"{name}.item"], int(n_users), int(n_items),
-                arrays[f"{name}.rating"] if f"{name}.rating" in arrays.files else None,
-                arrays[f"{name}.order"] if f"{name}.order" in arrays.files else None,
-            )
-    return parts
+def _load_cache(path: Path) -> dict[str, Interactions] | None:
+    """The cached parts, or None when the file is truncated or corrupt (it is then deleted and rebuilt)."""
+    try:
+        with np.load(path) as arrays:
+            names = sorted({key.split(".")[0] for key in arrays.files})
+            parts = {}
+            for name in names:
+                n_users, n_items = arrays[f"{name}.shape"].tolist()
+                parts[name] = Interactions(
+                    arrays[f"{name}.user"], arrays[f"{name}.item"], int(n_users), int(n_items),
+                    arrays[f"{name}.rating"] if f"{name}.rating" in arrays.files else None,
+                    arrays[f"{name}.order"] if f"{name}.order" in arrays.files else None,
+                )
+        if not parts:
+            raise ValueError("no parts")
+        return parts
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        path.unlink(missing_ok=True)
+        return None
