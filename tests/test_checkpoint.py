@@ -129,3 +129,21 @@ def test_a_checkpoint_is_written_only_after_the_metrics_before_it_are_in_the_sto
     run(["track.experiment=flushed", "track.flush_every=100000", "sim.max_rounds=4", "sim.checkpoint_every=2",
          f"sim.checkpoint_dir={tmp_path}"])
     assert seen == [(2, 2), (4, 4)]
+
+
+@pytest.mark.parametrize("damage", ["no runner", "extra runner field", "missing runner field", "method not a dict"])
+def test_a_checkpoint_with_missing_or_extra_fields_is_a_clean_error(damage, tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    checkpoint.save(path, {"x": torch.ones(2)}, checkpoint.RunnerState(3), "a: 1", None)
+    payload = torch.load(path, weights_only=True)
+    if damage == "no runner":
+        del payload["runner"]
+    elif damage == "extra runner field":
+        payload["runner"]["surprise"] = 1
+    elif damage == "missing runner field":
+        payload["runner"].pop("next_round")
+    else:
+        payload["method"] = [1, 2]
+    torch.save(payload, path)
+    with pytest.raises(DataError, match="not a complete fedrun checkpoint"):
+        checkpoint.load(path)

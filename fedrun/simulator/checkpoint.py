@@ -7,6 +7,8 @@ a resumed run redraws exactly what the uninterrupted run would have drawn.
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,5 +72,12 @@ def load(path: Path) -> dict[str, Any]:
                         f"({type(err).__name__}).") from None
     if not isinstance(payload, dict) or payload.get("version") != VERSION:
         raise DataError(f"{path} is not a fedrun checkpoint of version {VERSION}.")
-    payload["runner"] = RunnerState(**payload["runner"])
+    missing = sorted({"method", "runner", "config", "run_id"} - payload.keys())
+    runner = payload.get("runner")
+    fields = {f.name for f in dataclasses.fields(RunnerState)}
+    if missing or not isinstance(runner, dict) or set(runner) != fields or not isinstance(payload["method"], dict):
+        wrong = missing or sorted(set(runner or {}) ^ fields) or ["method"]
+        raise DataError(f"Checkpoint {path} is not a complete fedrun checkpoint (missing or unexpected: "
+                        f"{', '.join(wrong)}); resume from another checkpoint or start the run again.")
+    payload["runner"] = RunnerState(**runner)
     return payload
