@@ -8,7 +8,6 @@ a resumed run redraws exactly what the uninterrupted run would have drawn.
 from __future__ import annotations
 
 import dataclasses
-
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
