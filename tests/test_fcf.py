@@ -83,8 +83,8 @@ def test_bad_settings_are_named(overrides, field):
 
 def test_popularity_ranks_sampled_candidates_by_counts():
     """Pop's rating prediction (the mean) ties every pair; sampled ranking must use its counts."""
-    cfg = compose_cfg(SMALL + ["method=pop", "eval=sampled", "eval.num_negatives=19", "eval.ties=pessimistic",
-                               "eval.kind=ranking"])
+    cfg = compose_cfg(SMALL + ["method=pop", "eval=sampled", "eval.num_negatives=19", "eval.ks=[5,10]",
+                               "eval.ties=pessimistic", "eval.kind=ranking"])
     assert run(cfg).test["hr_at_10"] > 0.3  # ties broken against the target gave 0 (random: 0.5)
     method, env = make_method(["method=pop"])
     users, items = torch.tensor([0, 1, 2]), torch.tensor([5, 6, 7])
