@@ -49,6 +49,9 @@ def _app(cfg: DictConfig) -> float | None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # stopped cleanly: a further Ctrl-C must not cut the exit
         print(f"\nfedrun: {err}", file=sys.stderr)
         sys.exit(130 if err.signal_name == "SIGINT" else 143)  # a stopped sweep stops every job
+    except experiment.AbortedBeforeStart:
+        print("\nfedrun: interrupted before the run started; nothing was recorded.", file=sys.stderr)
+        sys.exit(130)
     except KeyboardInterrupt:
         print("\nfedrun: aborted by a second interrupt; the run is marked KILLED (the last periodic "
               "checkpoint, if any, can be resumed).", file=sys.stderr)

@@ -182,12 +182,18 @@ RESUME_MAY_CHANGE = ("sim.resume", "sim.checkpoint_dir", "sim.checkpoint_every",
 RESUME_CHANGES_RESULT = ("sim.max_rounds", "sim.epochs", "sim.eval_every")  # recorded params a resume may change
 
 
+class AbortedBeforeStart(KeyboardInterrupt):
+    """Ctrl-C while the data was loading or the method was being built: no run was recorded."""
+
+
 def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) -> RunResult:
     try:
         b = build_run(cfg)
     except FedrunError as err:
         record_failure(cfg, err, sweep, job)
         raise
+    except KeyboardInterrupt:
+        raise AbortedBeforeStart() from None
     tracker, sim = b.plan.tracker, b.plan.sim
     state, resumed_run, same_params = resume_state(b, cfg) if sim.resume else (None, None, False)
     experiment = experiment_name(getattr(tracker.config, "experiment", None), cfg, b.plan.dataset.name)

@@ -325,3 +325,24 @@ def test_split_seeds_that_draw_nothing_are_not_counted_as_replicates():
     kept, superseded = drop_reruns(frame)
     assert list(superseded["run_id"]) == ["loo-a"]
     assert sorted(kept["run_id"]) == ["loo-b", "ratio-a", "ratio-b"]
+
+
+def test_an_interrupt_while_the_run_is_being_built_records_nothing_and_says_so(monkeypatch, capsys):
+    """Ctrl-C during data loading used to print "the run is marked KILLED" although no run existed."""
+    from mlflow.tracking import MlflowClient
+
+    from fedrun import cli
+    from fedrun.experiment import AbortedBeforeStart
+
+    def interrupted(cfg):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(experiment, "build_run", interrupted)
+    cfg = compose_cfg(SMALL + ["track=mlflow", "track.experiment=aborted"])
+    with pytest.raises(AbortedBeforeStart):
+        experiment.run(cfg)
+    assert MlflowClient().get_experiment_by_name("aborted") is None
+    with pytest.raises(SystemExit) as exited:
+        cli._app(cfg)
+    assert exited.value.code == 130
+    assert "interrupted before the run started; nothing was recorded" in capsys.readouterr().err
