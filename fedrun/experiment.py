@@ -173,8 +173,7 @@ def run_record(b: Built, sweep: str | None, job: int | None) -> tuple[dict[str, 
 
 def clear_uploads(b: Built) -> list[str]:
     """Private parameters the run's clients upload that no privacy mechanism covers."""
-    offered = getattr(b.method, "clear_private_uploads", None)
-    return offered(b.plan.privacy) if offered is not None else []
+    return b.method.clear_private_uploads(b.plan.privacy)
 
 
 RESUME_MAY_CHANGE = ("sim.resume", "sim.checkpoint_dir", "sim.checkpoint_every", "sim.progress", "sim.max_rounds",

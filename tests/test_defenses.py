@@ -215,6 +215,8 @@ def test_hics_cuts_a_poisoned_row_to_a_benign_size():
     assert float(got.item_delta[got.items == 0].norm()) < 0.2  # without HiCS: 20
     lonely = Uploads(3, torch.arange(3), torch.tensor([0, 0, 1]), torch.ones(3, 2, dtype=torch.float64))
     assert HiCS(HiCSConfig()).aggregate(lonely).items.tolist() == [0]  # item 1 had one uploader: not updated
+    silent = Uploads(3, torch.arange(3), torch.tensor([0, 0, 1]), torch.zeros(3, 2, dtype=torch.float64))
+    assert HiCS(HiCSConfig()).aggregate(silent).item_delta.abs().sum() == 0  # all-zero uploads: no bound to take
 
 
 def test_krum_f_of_half_the_round_is_refused_before_training():

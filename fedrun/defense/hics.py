@@ -23,12 +23,15 @@ the method's server semantics.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 from fedrun.defense.base import Defense
+from fedrun.defense.norm_bound import clip_each
 from fedrun.errors import check, check_choice, check_positive
+from fedrun.privacy.ldp import clip_rows
 from fedrun.types import Aggregate, RoundContext, Uploads
 
 
@@ -48,14 +51,7 @@ class HiCSConfig:
 
 def quantile_of(values: torch.Tensor, q: float) -> torch.Tensor:
     """The q-quantile of a 1-D tensor as its ⌈q·n⌉-th smallest value (no interpolation; any size)."""
-    k = max(1, min(values.numel(), int(torch.ceil(torch.tensor(q * values.numel())).item())))
-    return values.kthvalue(k).values
-
-
-def clip_to(values: torch.Tensor, norms: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
-    """values [n, ...] scaled so that each one's norm (``norms`` [n]) is at most ``bound``."""
-    factor = torch.clamp(bound / norms.clamp_min(1e-30), max=1.0)
-    return values * factor.view(-1, *([1] * (values.dim() - 1)))
+    return values.kthvalue(min(values.numel(), max(1, math.ceil(q * values.numel())))).values
 
 
 class HiCS(Defense):
@@ -66,13 +62,11 @@ class HiCS(Defense):
         rows = uploads.row_delta  # [R, di]
         items = uploads.row_item
         if rows.shape[0]:
-            norms = rows.norm(dim=1)  # [R]
-            rows = clip_to(rows, norms, config.scale * quantile_of(norms, config.quantile))  # 1. item level
-            per_client = rows.new_zeros(uploads.n_clients).index_add_(0, uploads.row_client, rows.square().sum(1))
-            totals = per_client.sqrt()  # [B]
-            bound = config.scale * quantile_of(totals[totals > 0] if bool((totals > 0).any()) else totals,
-                                               config.quantile)
-            rows = clip_to(rows, totals[uploads.row_client], bound)  # 2. user level
+            rows = clip_rows(rows, "l2", config.scale * quantile_of(rows.norm(dim=1), config.quantile))  # 1. item
+            totals = rows.new_zeros(uploads.n_clients).index_add_(0, uploads.row_client, rows.square().sum(1)).sqrt()
+            positive = totals[totals > 0]  # clients whose rows are not all zero (all zero: nothing to clip)
+            bound = config.scale * quantile_of(positive if positive.numel() else totals, config.quantile)
+            rows = rows * torch.clamp(bound / totals.clamp_min(1e-30), max=1.0)[uploads.row_client, None]  # 2. user
         keys, summed, uploaders = self.reducer.sum_by_key(items, rows, torch.ones_like(items, dtype=rows.dtype))
         kept = uploaders >= config.min_uploaders  # 3. sparsified updating
         keys, summed, uploaders = keys[kept], summed[kept], uploaders[kept]
@@ -80,8 +74,8 @@ class HiCS(Defense):
             summed = summed / uploaders.unsqueeze(1)
         dense = {}
         for name, delta in uploads.dense.items():  # [B, *shape]
-            flat_norms = delta.reshape(delta.shape[0], -1).norm(dim=1)  # [B]
-            clipped = clip_to(delta, flat_norms, config.scale * quantile_of(flat_norms, config.quantile))
+            norms = delta.reshape(delta.shape[0], -1).norm(dim=1)  # [B]
+            clipped = clip_each(delta, config.scale * quantile_of(norms, config.quantile))
             dense[name] = self.reducer.sum_dense({name: clipped})[name]
             if config.reduce == "mean":
                 dense[name] = dense[name] / delta.shape[0]

@@ -17,6 +17,7 @@ import torch
 from fedrun.defense._rows import RobustConfig
 from fedrun.defense.base import Defense
 from fedrun.errors import check_positive
+from fedrun.privacy.ldp import clip_rows
 from fedrun.types import Aggregate, RoundContext, Uploads
 
 
@@ -29,24 +30,22 @@ class NormBoundConfig(RobustConfig):
         check_positive("tau", self.tau)
 
 
-def clipped(values: torch.Tensor, tau: float) -> torch.Tensor:
-    """values [n, ...]: each of the n scaled to L2 norm ≤ τ (over all its other dimensions)."""
-    norm = values.reshape(values.shape[0], -1).norm(dim=1)  # [n]
-    factor = torch.clamp(tau / norm.clamp_min(1e-30), max=1.0)
-    return values * factor.view(-1, *([1] * (values.dim() - 1)))
-
-
 class NormBound(Defense):
     Config = NormBoundConfig
 
     def aggregate(self, uploads: Uploads, ctx: RoundContext | None = None) -> Aggregate:
         tau, mean = self.config.tau, self.config.reduce == "mean"
-        rows = clipped(uploads.row_delta, tau)  # [R, di]
+        rows = clip_rows(uploads.row_delta, "l2", tau)  # [R, di]
         ones = torch.ones(rows.shape[0], dtype=rows.dtype, device=rows.device)
         items, total, uploaders = self.reducer.sum_by_key(uploads.row_item, rows, ones)
         if mean:
             total = total / uploaders.unsqueeze(1)
-        dense = self.reducer.sum_dense({k: clipped(v, tau) for k, v in uploads.dense.items()})
+        dense = self.reducer.sum_dense({k: clip_each(v, tau) for k, v in uploads.dense.items()})
         if mean:
             dense = {k: v / uploads.n_clients for k, v in dense.items()}
         return Aggregate(items, total, dense)
+
+
+def clip_each(delta: torch.Tensor, bound: float | torch.Tensor) -> torch.Tensor:
+    """delta [B, *shape]: each client's delta of a weight scaled to L2 norm ≤ bound as a whole."""
+    return clip_rows(delta.reshape(delta.shape[0], -1), "l2", bound).view_as(delta)

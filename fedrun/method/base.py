@@ -70,3 +70,9 @@ class Method:
     def describe(self) -> dict[str, Any]:
         """Choices made at run time that belong in the run's params (e.g. which path is used)."""
         return {}
+
+    def clear_private_uploads(self, privacy: Any) -> list[str]:
+        """The private parameters this protocol uploads that no privacy mechanism covers (the run says so
+        plainly: a log line and the ``fedrun.clear_uploads`` tag). None by default: clients upload
+        public-parameter updates only, and central methods upload nothing."""
+        return []

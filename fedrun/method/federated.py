@@ -217,12 +217,6 @@ class FederatedMethod(Method):
         """Per-round metrics from the buckets' ``ClientResult.stats``; none by default."""
         return {}
 
-    def clear_private_uploads(self, privacy: Privacy) -> list[str]:
-        """The private parameters this protocol uploads that no privacy mechanism covers (the run says so
-        plainly: a log line and the ``fedrun.clear_uploads`` tag). None by default: clients upload
-        public-parameter updates only."""
-        return []
-
     def reducer(self) -> RowReducer:
         """How the round's exact sum is computed (``Needs.exact_sum`` methods; FedMF: a Paillier sum)."""
         return LOCAL
