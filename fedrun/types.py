@@ -112,11 +112,13 @@ class Aggregate:
 
 @dataclass(frozen=True)
 class RoundContext:
-    """What every phase may know about the round (``n_clients``: the benign clients sampled)."""
+    """What every phase may know about the round (``n_clients``: the benign clients sampled;
+    ``last_of_epoch``: the epoch's last round, after which epoch-level server work runs)."""
 
     round: int
     epoch: int
     n_clients: int
+    last_of_epoch: bool = False
 
 
 @dataclass(frozen=True)

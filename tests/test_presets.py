@@ -45,8 +45,11 @@ def test_every_preset_row_runs_one_round(preset, row, backbone):
         tiny += ["dataset.ratings=true", "dataset.split.protocol=random_ratio"]
     if preset.startswith("lightfr/"):  # its data setups name real datasets
         tiny = ["~setup", *tiny]
-    if preset.startswith("robustness/"):  # the A-hum code's predefined ML-1M files
-        tiny = ["~dataset.variant", *tiny, "dataset.split.protocol=random_ratio"]
+    if preset.startswith(("robustness/", "rcl4fedrec/")):  # the A-hum code's predefined ML-1M / AZ files
+        variant = ["~dataset.variant"] * (preset != "rcl4fedrec/table2-more")
+        tiny = [*variant, *tiny, "dataset.split.protocol=random_ratio"]
+    if preset.startswith("rcl4fedrec/"):  # 80 items: fewer hot items than that
+        tiny += ["method.hot_items=10"] if row.endswith(("rcl4fedrec", "_cl", "synthetic", "views")) else []
     if preset.startswith("attacks/fedrecattack"):  # Steam's predefined files, 99 sampled negatives
         tiny += ["dataset.split.protocol=random_ratio", "eval.num_negatives=20"]
     if backbone is not None:

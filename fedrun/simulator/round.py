@@ -59,7 +59,9 @@ class FederatedRound:
         method = self.method
         # 1. sample clients
         users = self.sampler.users(round_index)  # [B]
-        ctx = RoundContext(round_index, round_index // self.rounds_per_epoch(), int(users.numel()))
+        per_epoch = self.rounds_per_epoch()
+        ctx = RoundContext(round_index, round_index // per_epoch, int(users.numel()),
+                           last_of_epoch=(round_index + 1) % per_epoch == 0)
         # 2. download the model view; the method's exchange before local training
         exchange = method.exchange(users, round_index, self.privacy)
         fast = method.fast_round(users, round_index, exchange.sent, self.defense) if self.uses_fast_path else None

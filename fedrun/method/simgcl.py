@@ -1,0 +1,26 @@
+"""SimGCL in federated recommendation: the baseline of rCL4FedRec §5.3 (Yu et al., SIGIR 2022, applied
+to the client's embeddings; ``papers/rcl4fedrec.txt``).
+
+SimGCL's views add uniform noise to the embeddings: v' = v + ε', v'' = v + ε'' with
+ε = normalise(U(0, 1)^d ⊙ sign(v)) · η, contrasted with InfoNCE (other items as negatives, as Eq. 10).
+A client holds one user, so a user-side InfoNCE has no negative users without sharing embeddings
+(which the baseline list rules out, §5.3): the federated SimGCL contrasts item views only — the
+client step of CL4FedRec with ``user_cl=none`` and ``item_cl=noise`` (which is also Table 5's
+"SimGCL-based item views" inside rCL4FedRec). Everything else is CL4FedRec's (``CL4FedRec``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fedrun.method.cl4fedrec import CL4FedRec, CL4FedRecConfig
+
+
+@dataclass
+class SimGCLConfig(CL4FedRecConfig):
+    user_cl: str = "none"
+    item_cl: str = "noise"
+
+
+class SimGCL(CL4FedRec):
+    Config = SimGCLConfig
