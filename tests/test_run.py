@@ -346,3 +346,25 @@ def test_an_interrupt_while_the_run_is_being_built_records_nothing_and_says_so(m
         cli._app(cfg)
     assert exited.value.code == 130
     assert "interrupted before the run started; nothing was recorded" in capsys.readouterr().err
+
+
+def test_collapse_is_detected_on_tied_scores_only():
+    from fedrun.eval.base import EvalConfig
+    from fedrun.eval.full import Full
+
+    method, env = make_method(["backbone=ncf"])
+    evaluator = Full(EvalConfig(), env.split, env.device, rating=False)
+    assert not evaluator.collapsed(method)
+    method.public.net["head.weight"].zero_()  # every score is the head's bias
+    assert evaluator.collapsed(method)
+
+
+def test_a_collapsed_model_is_named_and_tagged(monkeypatch, caplog):
+    from fedrun.eval.base import Evaluator
+
+    monkeypatch.setattr(Evaluator, "collapsed", lambda self, method, sample=64: True)
+    run(["track=mlflow", "track.experiment=t9"])
+    client = MlflowClient()
+    (record,) = client.search_runs([client.get_experiment_by_name("t9").experiment_id])
+    assert record.data.tags["fedrun.collapsed"] == "true" and record.info.status == "FINISHED"
+    assert any("collapsed model" in r.getMessage() for r in caplog.records)

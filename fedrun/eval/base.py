@@ -88,6 +88,21 @@ class Evaluator:
     def evaluate_ranking(self, method: Method, part: str) -> dict[str, float]:
         raise NotImplementedError
 
+    @torch.no_grad()
+    def collapsed(self, method: Method, sample: int = 64) -> bool:
+        """Whether the model ranks by ties alone: each of the first ``sample`` test users scores every item
+        the same (dead ReLUs, an all-zero tower). Its ranking metrics are then 0 under the pessimistic tie
+        rule, which reads like a model that learned nothing rather than one that broke."""
+        if self.rating:
+            return False
+        users = torch.nonzero(self.stores["test"].sizes() > 0).squeeze(1)[:sample]
+        try:
+            scores = method.score_users(users, self.history("test"))  # [U, I]
+        except NotImplementedError:
+            return False
+        spread = scores.max(1).values - scores.min(1).values  # [U]
+        return bool((spread <= 1e-6 * (1 + scores.abs().max(1).values)).all())
+
     def metric_names(self) -> list[str]:
         """The names ``evaluate`` returns."""
         if self.rating:

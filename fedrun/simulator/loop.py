@@ -105,6 +105,11 @@ def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimC
     test = evaluator.evaluate(method, "test")
     state.eval_seconds += time.perf_counter() - started
     tracker.log_metrics({f"test_{k}": v for k, v in test.items()}, step=rounds)
+    if evaluator.collapsed(method):
+        log.warning("the tested model scores every item the same for every sampled user (a collapsed model, e.g. "
+                    "dead ReLUs after too large a step): its ranking metrics are 0 by the tie rule; lower the "
+                    "learning rate or check the initialisation")
+        tracker.set_tags({"fedrun.collapsed": "true"})
     tracker.log_metrics({"train_seconds": state.train_seconds, "eval_seconds": state.eval_seconds,
                          "seconds_per_round": state.train_seconds / max(rounds, 1), **selection}, step=rounds)
     tested_valid = state.best_valid_metrics if sim.keep_best and state.best_state is not None else state.valid

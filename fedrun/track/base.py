@@ -34,6 +34,9 @@ class Tracker:
     def log_artifact(self, path: Path) -> None:
         pass
 
+    def set_tags(self, tags: dict[str, str]) -> None:
+        """Tags learned during the run (e.g. ``fedrun.collapsed``)."""
+
     def flush(self) -> None:
         """Send buffered metrics now (before a checkpoint, so a resumed run's history has no gap)."""
 

@@ -132,6 +132,10 @@ class Mlflow(Tracker):
         if self._run_id is not None:
             self.client.log_artifact(self._run_id, str(path))
 
+    def set_tags(self, tags: dict[str, str]) -> None:
+        for key, value in tags.items() if self._run_id is not None else ():
+            self.client.set_tag(self._run_id, key, value)
+
     def finish(self, status: str, reason: str | None = None) -> None:
         if self._run_id is None:
             return
