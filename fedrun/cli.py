@@ -46,16 +46,17 @@ def _app(cfg: DictConfig) -> float | None:
         set_threads(cfg.sim.get("threads"), hydra_cfg.launcher.get("n_jobs") if multirun else None)
         result = experiment.run(cfg, sweep=sweep, job=hydra_cfg.job.num if multirun else None)
     except Interrupted as err:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # stopped cleanly: a further Ctrl-C must not cut the exit
+        for sig in (signal.SIGINT, signal.SIGTERM):  # stopped cleanly: a further signal must not cut the exit
+            signal.signal(sig, signal.SIG_IGN)
         print(f"\nfedrun: {err}", file=sys.stderr)
         sys.exit(130 if err.signal_name == "SIGINT" else 143)  # a stopped sweep stops every job
     except experiment.AbortedBeforeStart:
         print("\nfedrun: interrupted before the run started; nothing was recorded.", file=sys.stderr)
         sys.exit(130)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
         print("\nfedrun: aborted by a second interrupt; the run is marked KILLED (the last periodic "
               "checkpoint, if any, can be resumed).", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(143 if "SIGTERM" in str(err) else 130)
     except FedrunError as err:
         print(f"\nfedrun: error: {err}", file=sys.stderr)
         if multirun:

@@ -46,6 +46,11 @@ def check_run(dataset: str, split: Split, backbone: Backbone, sim: SimConfig, me
     if negatives and largest >= split.n_items:
         raise DataError(f"A client of {dataset} has every item as a positive ({largest} rows, {split.n_items} "
                         "items): no negatives can be drawn for it. Filter it out (dataset.min_user_count / dedup).")
+    slots = largest * (1 + negatives)  # the largest client's scored items in one local step
+    check(sim.max_slots >= slots, "sim.max_slots", sim.max_slots,
+          f"at least {slots}: the largest client of {dataset} scores {largest} positives x (1 + {negatives} "
+          "negatives) in one local step, and a bucket holds at least one client (a smaller budget runs every "
+          "client alone, one at a time)")
     _check_memory(sim, backbone)
     _check_checkpoint_dir(sim)
 

@@ -102,9 +102,50 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(torch, "save", crash)
-    with pytest.raises(OSError):
+    with pytest.raises(checkpoint.CheckpointError, match=r"Could not write the checkpoint .*checkpoint.pt: disk full"):
         checkpoint.save(path, {"x": torch.zeros(2)}, checkpoint.RunnerState(9), "a: 1", None)
     assert checkpoint.load(path)["runner"].next_round == 3  # the old checkpoint is intact
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]  # no temporary file left
+
+
+def test_a_full_disk_names_its_cause_and_leaves_nothing_half_written(tmp_path, monkeypatch):
+    """torch wraps a failed write (ENOSPC) in a RuntimeError; the error names the path and the cause."""
+    import errno
+
+    def full(payload, handle):
+        handle.write(b"partial")
+        raise RuntimeError("[enforce fail at inline_container.cc] . PytorchStreamWriter failed writing file "
+                           "data/0: file write failed") from OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(checkpoint.CheckpointError, match="No space left on device"):
+        checkpoint.save(tmp_path / "checkpoint.pt", {}, checkpoint.RunnerState(1), "a: 1", None)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_interrupt_during_the_write_removes_the_temporary_file(tmp_path, monkeypatch):
+    def interrupted(payload, handle):
+        handle.write(b"partial")
+        raise KeyboardInterrupt("second SIGTERM")
+
+    monkeypatch.setattr(torch, "save", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.save(tmp_path / "checkpoint.pt", {}, checkpoint.RunnerState(1), "a: 1", None)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_checkpoint_that_cannot_be_written_fails_the_run_with_its_reason(tmp_path, monkeypatch):
+    def crash(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(checkpoint.CheckpointError):
+        run(["track.experiment=full-disk", "sim.max_rounds=2", "sim.checkpoint_every=1",
+             f"sim.checkpoint_dir={tmp_path}"])
+    client = MlflowClient()
+    (record,) = client.search_runs([client.get_experiment_by_name("full-disk").experiment_id])
+    assert record.info.status == "FAILED"
+    assert "No space left on device" in record.data.tags["fedrun.failure_reason"]
 
 
 def test_unusable_checkpoint_dir_is_a_config_error_before_training(tmp_path):

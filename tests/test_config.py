@@ -8,6 +8,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from fedrun import experiment
 from fedrun.build import parse_config, resolve_target
 from fedrun.core.paths import config_dir
 from fedrun.errors import ConfigError
@@ -145,3 +146,9 @@ def test_a_target_of_the_wrong_kind_is_named_before_its_config_is_read(override,
     with pytest.raises(ConfigError, match=f"expected a subclass of {base}") as refused:
         plan(compose_cfg(SMALL + [override]))
     assert refused.value.field == field
+
+
+def test_a_bucket_budget_below_the_largest_client_is_refused_before_training():
+    """sim.max_slots=1 used to be accepted and ran every client alone (minutes per round)."""
+    with pytest.raises(ConfigError, match=r"sim.max_slots=1 .* at least \d+: the largest client"):
+        experiment.run(compose_cfg(SMALL + ["sim.max_slots=1"]))

@@ -10,6 +10,7 @@ import torch
 
 from fedrun.data.interactions import Interactions
 from fedrun.data.splits import Split
+from fedrun.errors import ConfigError
 from fedrun.eval.full import Full, FullConfig
 from fedrun.eval.metrics import MISS, pessimistic_ranks
 from fedrun.eval.sampled import Sampled, SampledConfig
@@ -146,3 +147,16 @@ def test_precision_is_hits_over_k():
     out = from_ranks(ranks, mask, [5], ["precision", "recall"])
     assert out["precision_at_5"].tolist() == [2 / 5, 0.0]
     assert out["recall_at_5"].tolist() == [2 / 3, 0.0]
+
+
+def test_sampled_negatives_must_fit_beside_the_busiest_users_items():
+    """More negatives than the busiest user has non-interacted items could only be drawn with repeats: refused,
+    naming the field and the largest allowed value."""
+    split = random_split(seed=3)
+    every = np.concatenate([p.user for p in (split.train, split.valid, split.test) if p is not None])
+    items = np.concatenate([p.item for p in (split.train, split.valid, split.test) if p is not None])
+    busiest = max(len(set(items[every == u])) for u in np.unique(every))
+    allowed = split.n_items - busiest
+    Sampled(SampledConfig(ks=[1], num_negatives=allowed), split, torch.device("cpu"), rating=False)
+    with pytest.raises(ConfigError, match=rf"eval.num_negatives={allowed + 1} .* at most {allowed}"):
+        Sampled(SampledConfig(ks=[1], num_negatives=allowed + 1), split, torch.device("cpu"), rating=False)

@@ -53,6 +53,12 @@ class Sampled(Evaluator):
         every = Interactions(np.concatenate([p.user for p in parts]), np.concatenate([p.item for p in parts]),
                              split.n_users, split.n_items)
         self._all_keys = ClientStore.from_interactions(every, device).sorted_keys()
+        # each user needs num_negatives items it never interacted with (else every draw repeats a few of them)
+        keys = np.unique(every.user.astype(np.int64) * split.n_items + every.item)
+        fewest = split.n_items - int(np.bincount(keys // split.n_items, minlength=split.n_users).max(initial=0))
+        check(config.num_negatives <= fewest, "eval.num_negatives", config.num_negatives,
+              f"at most {fewest}: the busiest user of this split interacted with all but {fewest} of the "
+              f"{split.n_items} items, and its negatives must be items it never interacted with")
         self._negatives: dict[str, torch.Tensor] = {}
         self._draws: dict[str, int] = defaultdict(int)  # evaluations of each part so far (resample)
 

@@ -15,9 +15,13 @@ from typing import Any
 
 import torch
 
-from fedrun.errors import DataError
+from fedrun.errors import DataError, FedrunError
 
 VERSION = 1
+
+
+class CheckpointError(FedrunError):
+    """The checkpoint could not be written (disk full, no permission): the run stops with this reason."""
 
 
 @dataclass
@@ -49,16 +53,39 @@ def snapshot(state: Any) -> Any:
 
 
 def save(path: Path, method_state: dict[str, Any], runner: RunnerState, config_yaml: str, run_id: str | None) -> None:
-    """Write to a temporary file in the same folder, fsync, then rename over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write to a temporary file in the same folder, fsync, then rename over ``path``. On any failure
+    (a full disk, a second interrupt mid-write) the temporary file is removed and ``path`` keeps the
+    previous checkpoint; a failure to write is a ``CheckpointError`` naming the path and the cause."""
     payload = {"version": VERSION, "method": method_state, "runner": runner.__dict__, "config": config_yaml,
                "run_id": run_id}
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as handle:
-        torch.save(payload, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as handle:
+            torch.save(payload, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException as err:
+        tmp.unlink(missing_ok=True)
+        cause = _os_error(err)
+        if cause is None:
+            raise
+        raise CheckpointError(f"Could not write the checkpoint {path}: {cause.strerror or cause} "
+                              f"(sim.checkpoint_dir chooses another place). The previous checkpoint, if any, "
+                              f"is unchanged.") from None
+
+
+def _os_error(err: BaseException) -> OSError | None:
+    """The OSError behind ``err`` (torch wraps a failed write in a RuntimeError), or None."""
+    seen = err
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    if isinstance(err, RuntimeError) and ("write" in str(err) or "file" in str(err)):
+        return OSError(str(err).splitlines()[0])
+    return None
 
 
 def load(path: Path) -> dict[str, Any]:

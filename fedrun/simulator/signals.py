@@ -1,4 +1,5 @@
-"""Stop at a round boundary on SIGINT / SIGTERM; a second Ctrl-C stops at once."""
+"""Stop at a round boundary on SIGINT / SIGTERM; a second signal of either kind stops at once, as a
+KeyboardInterrupt, so the run is still recorded KILLED and a half-written checkpoint is removed."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def graceful_stop() -> Iterator[StopRequest]:
         print(f"\nfedrun: {request.signal} received: stopping after this round and writing a checkpoint "
               "(press Ctrl-C again to abort now).", file=sys.stderr, flush=True)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, _interrupt_now)
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -41,15 +42,20 @@ def graceful_stop() -> Iterator[StopRequest]:
             signal.signal(sig, old)
 
 
+def _interrupt_now(signum, frame):
+    raise KeyboardInterrupt(f"second {signal.Signals(signum).name}")
+
+
 @contextmanager
 def interrupts_ignored() -> Iterator[None]:
-    """Within the block, SIGINT is ignored: recording a run's final status must not be cut
-    short by a further Ctrl-C (that left stopped runs RUNNING in MLflow)."""
+    """Within the block, SIGINT and SIGTERM are ignored: recording a run's final status must not be cut
+    short by a further signal (that left stopped runs RUNNING in MLflow)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)

@@ -89,18 +89,22 @@ def test_sigterm_stops_at_round_boundary_marks_killed_and_resumes(baseline, stor
     assert metrics == baseline and runs[0].info.status == "FINISHED"
 
 
-def test_second_interrupt_aborts_at_once_without_traceback(store, tmp_path):
+@pytest.mark.parametrize("how, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_second_interrupt_aborts_at_once_without_traceback(store, tmp_path, how, code):
+    """A second signal of either kind stops at once: the run is still marked KILLED (a second SIGTERM used to
+    kill the process outright, leaving the run RUNNING and a half-written checkpoint)."""
     run_dir = tmp_path / "run"
-    process = subprocess.Popen([FEDRUN, *LONG, "track.experiment=aborted", f"hydra.run.dir={run_dir}"],
+    process = subprocess.Popen([FEDRUN, *LONG, f"track.experiment=aborted-{how.name}", f"hydra.run.dir={run_dir}"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_for(store))
     deadline = time.time() + 120
     while not (run_dir / "checkpoint.pt").exists() and process.poll() is None and time.time() < deadline:
         time.sleep(0.02)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(how)
     time.sleep(0.05)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(how)
     _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130, stderr
+    assert process.returncode == code, stderr
     assert "Traceback" not in stderr
-    _, runs = final_metrics(store, "aborted")
+    _, runs = final_metrics(store, f"aborted-{how.name}")
     assert runs[0].info.status == "KILLED"
+    assert not list(run_dir.glob(".*.tmp"))
