@@ -24,7 +24,9 @@ from fedrun.dataset.base import Dataset
 from fedrun.defense.base import Defense
 from fedrun.errors import ConfigError, FedrunError
 from fedrun.eval.base import Evaluator
+from fedrun.eval.floor import at_or_below, compared_metric, floor_metrics
 from fedrun.method.base import Method
+from fedrun.method.pop import Pop
 from fedrun.privacy.base import Privacy
 from fedrun.report.table import metrics_table
 from fedrun.sim.config import SimConfig
@@ -214,7 +216,8 @@ def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) ->
 
     try:
         result = run_loop(b.trainer, b.evaluator, tracker, sim, b.label, state, save)
-        table = metrics_table({"test": result.test, **({"valid": result.valid} if result.valid else {})})
+        floor = judge_against_floor(b, result, tracker)
+        table = metrics_table({"test": result.test, **({"valid": result.valid} if result.valid else {}), **floor})
         for path in write_outputs(cfg, b.label, table):
             tracker.log_artifact(path)
         tracker.finish("FINISHED")
@@ -235,6 +238,23 @@ def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) ->
     if tracker.link():
         print(tracker.link())
     return result
+
+
+def judge_against_floor(b: Built, result: RunResult, tracker: Tracker) -> dict[str, dict[str, float]]:
+    """The floor of the run's split and protocol beside its test metrics (logged as ``floor_*``); a run at or
+    below it says so in one line and carries the ``fedrun.below_floor`` tag. Nothing for the floor itself."""
+    if isinstance(b.method, Pop):
+        return {}
+    floor = floor_metrics(b.evaluator, b.env)
+    tracker.log_metrics({f"floor_{k}": v for k, v in floor.items()}, step=result.rounds)
+    kind = "user + item bias" if b.evaluator.rating else "popularity"
+    metric = compared_metric(result.test, floor, b.evaluator.config.monitor)
+    if metric is not None and at_or_below(result.test, floor, metric):
+        log.warning("test %s %.4f is at or below the %s floor %.4f of this split and protocol: the run learned "
+                    "nothing a count could not (a bug, too few rounds or a bad default, never a result)",
+                    metric, result.test[metric], kind, floor[metric])
+        tracker.set_tags({"fedrun.below_floor": "true"})
+    return {f"floor ({kind})": floor}
 
 
 def resume_state(b: Built, cfg: DictConfig) -> tuple[RunnerState, str | None, bool]:

@@ -368,3 +368,66 @@ def test_a_collapsed_model_is_named_and_tagged(monkeypatch, caplog):
     (record,) = client.search_runs([client.get_experiment_by_name("t9").experiment_id])
     assert record.data.tags["fedrun.collapsed"] == "true" and record.info.status == "FINISHED"
     assert any("collapsed model" in r.getMessage() for r in caplog.records)
+
+
+def test_every_result_has_the_floor_of_its_split_beside_it(caplog):
+    """A run that ends at the popularity floor says so (one line, the fedrun.below_floor tag); the floor's
+    metrics are logged beside the run's, and the floor itself (method=pop) is not judged against itself."""
+    run(["track=mlflow", "track.experiment=floor", "method.optimizer.lr=1e-6", "sim.max_rounds=1"])
+    client = MlflowClient()
+    (record,) = client.search_runs([client.get_experiment_by_name("floor").experiment_id])
+    assert record.data.tags["fedrun.below_floor"] == "true"
+    assert record.data.metrics["floor_ndcg_at_10"] >= record.data.metrics["test_ndcg_at_10"]
+    assert any("at or below the popularity floor" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    run(["track=mlflow", "track.experiment=floor-pop", "method=pop"])
+    (record,) = client.search_runs([client.get_experiment_by_name("floor-pop").experiment_id])
+    assert "fedrun.below_floor" not in record.data.tags and "floor_ndcg_at_10" not in record.data.metrics
+
+
+def test_the_floor_is_computed_once_per_split_and_protocol(monkeypatch):
+    from fedrun.eval.floor import floor_metrics
+    from fedrun.eval.full import Full, FullConfig
+    from fedrun.method.pop import Pop
+
+    method, env = make_method([])
+    calls = []
+    real = Pop.score_users
+    monkeypatch.setattr(Pop, "score_users", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    first = floor_metrics(Full(FullConfig(), env.split, env.device, rating=False), env)
+    assert calls and first == floor_metrics(Full(FullConfig(), env.split, env.device, rating=False), env)
+    done = len(calls)
+    other = floor_metrics(Full(FullConfig(ks=[3]), env.split, env.device, rating=False), env)  # another protocol
+    assert len(calls) > done and set(other) != set(first)
+
+
+def test_the_rating_floor_is_the_damped_bias_baseline():
+    from fedrun.eval.floor import BiasBaseline
+
+    _, env = make_method(["method=fedrec", "backbone=pmf", "dataset.ratings=true"])
+    baseline = BiasBaseline(env, damping=10.0)
+    train = env.split.train
+    mean = float(train.rating.mean())
+    item = int(train.item[0])
+    rows = train.item == item
+    b_i = float((train.rating[rows] - mean).sum()) / (10.0 + rows.sum())
+    assert float(baseline.item_bias[item]) == pytest.approx(b_i, rel=1e-6)
+    user = int(train.user[0])
+    mine = train.user == user
+    b_u = float((train.rating[mine] - mean - baseline.item_bias[torch.as_tensor(train.item[mine])].numpy()).sum())
+    assert float(baseline.user_bias[user]) == pytest.approx(b_u / (10.0 + mine.sum()), rel=1e-6)
+    got = baseline.score_pairs(torch.tensor([user]), torch.tensor([item]))
+    assert float(got) == pytest.approx(mean + b_u / (10.0 + mine.sum()) + b_i, rel=1e-5)
+
+
+def test_the_report_marks_rows_at_or_below_their_floor(tmp_path):
+    for seed in (1, 2):
+        run(["track=mlflow", "track.experiment=t-floor", "method.optimizer.lr=1e-6", "sim.max_rounds=1",
+             f"sim.seed={seed}"])
+        run(["track=mlflow", "track.experiment=t-floor", "method=pop", f"sim.seed={seed}"])
+    assert report_main(["t-floor", "--out", str(tmp_path / "reports"), "--metrics", "test_ndcg_at_10"]) == 0
+    text = (tmp_path / "reports" / "t-floor" / "report.md").read_text()
+    (fedavg,) = [line for line in text.splitlines() if line.startswith("| fedavg")]
+    (pop,) = [line for line in text.splitlines() if line.startswith("| pop")]
+    assert "(≤ floor " in fedavg and "floor" not in pop
+    assert "at or below the popularity floor" in text

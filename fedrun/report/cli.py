@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from fedrun.core.paths import config_dir
+from fedrun.eval.metrics import RATING_METRICS
 from fedrun.report import ledger, matrix
 from fedrun.report.paper import ALPHA, beside_paper, claim_tests, order_claims, preset_paper
 from fedrun.report.table import markdown
@@ -85,9 +86,23 @@ def summarize(frame: pd.DataFrame, metrics: list[str]) -> tuple[list[str], list[
         cells = [str(v) for v in values] + [str(len(group))]
         for m in metrics:
             col = group[f"metric:{m}"].dropna()
-            cells.append("" if col.empty else f"{col.mean():.4f} ± {col.std(ddof=1) if len(col) > 1 else 0.0:.4f}")
+            cell = "" if col.empty else f"{col.mean():.4f} ± {col.std(ddof=1) if len(col) > 1 else 0.0:.4f}"
+            cells.append(cell + floor_mark(group, m, col))
         rows.append(cells)
     return header, rows
+
+
+def floor_mark(group: pd.DataFrame, metric: str, values: pd.Series) -> str:
+    """ " (≤ floor .0183)" when the mean of ``metric`` is at or below the floor its runs logged for their
+    split and protocol (``floor_*``; error metrics: at or above), else ""."""
+    name = metric[len("test_"):] if metric.startswith("test_") else None
+    column = f"metric:floor_{name}"
+    if name is None or values.empty or column not in group or group[column].dropna().empty:
+        return ""
+    floor = float(group[column].dropna().mean())
+    if name in RATING_METRICS:
+        return f" (≥ floor {floor:.4f})" if values.mean() >= floor else ""
+    return f" (≤ floor {floor:.4f})" if values.mean() <= floor else ""
 
 
 def paper_sections(done: pd.DataFrame, paper: dict, preset: str, out: Path, files: list[Path]) -> str:
@@ -143,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     failed = frame[frame["status"] != "FINISHED"]
     failed_lines = [f"- {r.run_id} {r.status}: {r.reason or 'no reason recorded'}" for r in failed.itertuples()]
     text = f"# {args.experiment}: mean ± std over seeds\n\n{table}\n"
+    if "floor " in table:
+        text += ("\n(≤ floor x): at or below the popularity floor of the row's split and protocol (for errors: "
+                 "at or above the user + item bias baseline) — the row learned nothing a count could not.\n")
     out = Path(args.out) / args.experiment
     out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows, columns=header).to_csv(out / "report.csv", index=False)

@@ -1,0 +1,97 @@
+"""The floor beside every result: what the simplest recommender that learns nothing scores on the same
+split and protocol — item popularity for ranking, the user + item bias baseline for ratings. A run at or
+below it has learned nothing a count could not; the run says so (REFERENCE.md: "a run below the
+popularity floor is a bug or a bad default, never a result").
+
+The floor is computed once per (split, protocol) and cached beside the parse cache, keyed by a digest
+of the split's arrays and the evaluation config.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedrun.data.splits import Split
+from fedrun.eval.base import Evaluator
+from fedrun.eval.metrics import RATING_METRICS
+from fedrun.method.base import Method
+from fedrun.method.pop import Pop, PopConfig
+from fedrun.sim.env import RunEnv
+
+BIAS_DAMPING = 10.0  # shrinkage of the bias means toward 0 (Koren 2010's baseline predictor, λ ≈ 10–25)
+
+
+class BiasBaseline(Method):
+    """r̂_ui = μ + b_u + b_i: b_i = Σ_u (r_ui − μ) / (λ + n_i), then b_u = Σ_i (r_ui − μ − b_i) / (λ + n_u)
+    over the training ratings (Koren, TKDD 2010, §2.1)."""
+
+    def __init__(self, env: RunEnv, damping: float = BIAS_DAMPING):
+        super().__init__(None, env)
+        train = env.split.train
+        users, items = torch.as_tensor(train.user), torch.as_tensor(train.item)
+        ratings = torch.as_tensor(train.rating, dtype=torch.float64)
+        self.mean = float(ratings.mean())
+        residual = ratings - self.mean
+        n_items = torch.bincount(items, minlength=env.n_items).to(torch.float64)
+        self.item_bias = torch.zeros(env.n_items, dtype=torch.float64).index_add_(0, items, residual) / (damping + n_items)
+        residual = residual - self.item_bias[items]
+        n_users = torch.bincount(users, minlength=env.n_users).to(torch.float64)
+        self.user_bias = torch.zeros(env.n_users, dtype=torch.float64).index_add_(0, users, residual) / (damping + n_users)
+
+    @torch.no_grad()
+    def score_pairs(self, users: torch.Tensor, items: torch.Tensor, history=()) -> torch.Tensor:
+        u, i = users.cpu(), items.cpu()
+        return (self.mean + self.user_bias[u] + self.item_bias[i]).to(torch.float32).to(users.device)
+
+
+def floor_key(split: Split, evaluator: Evaluator) -> str:
+    """A digest of the split's arrays and the evaluation protocol (what the floor depends on)."""
+    digest = hashlib.sha256(f"{type(evaluator).__name__}|{evaluator.config!r}|{evaluator.rating}".encode())
+    for part in (split.train, split.valid, split.test):
+        for array in (() if part is None else (part.user, part.item, part.rating)):
+            if array is not None:
+                digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()[:24]
+
+
+def _cache_file(key: str) -> Path:
+    root = Path(os.environ.get("FEDRUN_CACHE_DIR", Path.home() / ".cache" / "fedrun" / "parsed")).expanduser()
+    return root / f"floor-{key}.json"
+
+
+def floor_metrics(evaluator: Evaluator, env: RunEnv) -> dict[str, float]:
+    """The floor's test metrics under ``evaluator``'s protocol (no attack exposure), from the cache if there."""
+    path = _cache_file(floor_key(env.split, evaluator))
+    if path.exists():
+        try:
+            return {k: float(v) for k, v in json.loads(path.read_text()).items()}
+        except (OSError, ValueError, AttributeError):
+            pass  # an unreadable cache entry is recomputed
+    method = BiasBaseline(env) if evaluator.rating else Pop(PopConfig(), env)
+    metrics = evaluator.evaluate_part(method, "test")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(metrics))
+    except OSError:
+        pass  # a cache that cannot be written only costs a recomputation
+    return metrics
+
+
+def compared_metric(test: dict[str, float], floor: dict[str, float], monitor: str) -> str | None:
+    """The metric a run is judged on against the floor: the monitored one, else the first both report."""
+    if monitor in test and monitor in floor:
+        return monitor
+    return next((name for name in test if name in floor), None)
+
+
+def at_or_below(test: dict[str, float], floor: dict[str, float], metric: str) -> bool:
+    """Ranking metrics must rise above the floor; error metrics (RMSE, MAE) must fall below it."""
+    if metric in RATING_METRICS:
+        return test[metric] >= floor[metric]
+    return test[metric] <= floor[metric]
