@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from fedrun.core.paths import config_dir
 from fedrun.errors import ConfigError, FedrunError
 from fedrun.simulator.loop import Interrupted
+from fedrun.sweep import marker, request_stop, stop_requested
 
 
 def compose(overrides: list[str]) -> DictConfig:
@@ -42,14 +43,22 @@ def _app(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     sweep = hydra_cfg.sweep.dir if multirun else None
+    stopped = stop_requested(marker(sweep))
+    if stopped is not None:
+        print(f"fedrun: the sweep was stopped by {stopped}; job {hydra_cfg.job.num} skipped (nothing recorded).",
+              file=sys.stderr)
+        return None
     try:
         set_threads(cfg.sim.get("threads"), hydra_cfg.launcher.get("n_jobs") if multirun else None)
         result = experiment.run(cfg, sweep=sweep, job=hydra_cfg.job.num if multirun else None)
     except Interrupted as err:
+        print(f"\nfedrun: {err}", file=sys.stderr)
+        if multirun:  # the sweep's other jobs stop at their next round boundary; queued ones are skipped
+            request_stop(sweep, err.signal_name)
+            return None
         for sig in (signal.SIGINT, signal.SIGTERM):  # stopped cleanly: a further signal must not cut the exit
             signal.signal(sig, signal.SIG_IGN)
-        print(f"\nfedrun: {err}", file=sys.stderr)
-        sys.exit(130 if err.signal_name == "SIGINT" else 143)  # a stopped sweep stops every job
+        sys.exit(130 if err.signal_name == "SIGINT" else 143)
     except experiment.AbortedBeforeStart:
         print("\nfedrun: interrupted before the run started; nothing was recorded.", file=sys.stderr)
         sys.exit(130)

@@ -36,6 +36,7 @@ from fedrun.simulator.checkpoint import RunnerState
 from fedrun.simulator.loop import Interrupted, RunResult, run_loop
 from fedrun.simulator.signals import interrupts_ignored
 from fedrun.simulator.trainer import Trainer, trainer_for
+from fedrun.sweep import marker as sweep_marker
 from fedrun.track.base import Tracker
 from fedrun.validate import check_run, check_selection
 
@@ -215,7 +216,7 @@ def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) ->
         return checkpoint_path
 
     try:
-        result = run_loop(b.trainer, b.evaluator, tracker, sim, b.label, state, save)
+        result = run_loop(b.trainer, b.evaluator, tracker, sim, b.label, state, save, sweep_marker(sweep))
         floor = judge_against_floor(b, result, tracker)
         table = metrics_table({"test": result.test, **({"valid": result.valid} if result.valid else {}), **floor})
         for path in write_outputs(cfg, b.label, table):

@@ -38,16 +38,19 @@ class BiasBaseline(Method):
         ratings = torch.as_tensor(train.rating, dtype=torch.float64)
         self.mean = float(ratings.mean())
         residual = ratings - self.mean
-        n_items = torch.bincount(items, minlength=env.n_items).to(torch.float64)
-        self.item_bias = torch.zeros(env.n_items, dtype=torch.float64).index_add_(0, items, residual) / (damping + n_items)
-        residual = residual - self.item_bias[items]
-        n_users = torch.bincount(users, minlength=env.n_users).to(torch.float64)
-        self.user_bias = torch.zeros(env.n_users, dtype=torch.float64).index_add_(0, users, residual) / (damping + n_users)
+        self.item_bias = _damped_means(items, residual, env.n_items, damping)  # [I]
+        self.user_bias = _damped_means(users, residual - self.item_bias[items], env.n_users, damping)  # [U]
 
     @torch.no_grad()
     def score_pairs(self, users: torch.Tensor, items: torch.Tensor, history=()) -> torch.Tensor:
         u, i = users.cpu(), items.cpu()
         return (self.mean + self.user_bias[u] + self.item_bias[i]).to(torch.float32).to(users.device)
+
+
+def _damped_means(index: torch.Tensor, values: torch.Tensor, size: int, damping: float) -> torch.Tensor:
+    """Σ values per index / (damping + count per index)."""
+    counts = torch.bincount(index, minlength=size).to(torch.float64)
+    return torch.zeros(size, dtype=torch.float64).index_add_(0, index, values) / (damping + counts)
 
 
 def floor_key(split: Split, evaluator: Evaluator) -> str:

@@ -53,7 +53,7 @@ SaveFn = Callable[[RunnerState], Path]
 
 
 def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimConfig, label: str,
-             state: RunnerState | None = None, save: SaveFn | None = None) -> RunResult:
+             state: RunnerState | None = None, save: SaveFn | None = None, stop_file: Path | None = None) -> RunResult:
     """Rounds ``state.next_round`` … end of ``trainer`` (a method's rounds). ``save(state)`` writes a
     checkpoint (every ``sim.checkpoint_every`` rounds and when a stop signal arrives)."""
     state = state or RunnerState()
@@ -63,7 +63,7 @@ def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimC
     has_valid = evaluator.split.valid is not None
     bar = tqdm(total=n_rounds, initial=state.next_round, desc=label, disable=not sim.progress,
                dynamic_ncols=True, unit="round")
-    with graceful_stop() as stop:
+    with graceful_stop(stop_file) as stop:
         while state.next_round < n_rounds and not _patience_spent(state, sim):
             round_index = state.next_round
             started = time.perf_counter()

@@ -7,22 +7,29 @@ import signal
 import sys
 import threading
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
+
+from fedrun.sweep import stop_requested
 
 
 class StopRequest:
-    def __init__(self) -> None:
+    def __init__(self, stop_file: Path | None = None) -> None:
         self.signal: str | None = None
+        self.stop_file = stop_file  # a sweep's stop marker (``fedrun.sweep``), checked like a signal
 
     @property
     def requested(self) -> bool:
+        if self.signal is None and self.stop_file is not None:
+            self.signal = stop_requested(self.stop_file)
         return self.signal is not None
 
 
 @contextmanager
-def graceful_stop() -> Iterator[StopRequest]:
-    """Within the block, the first SIGINT/SIGTERM only sets ``request.signal``."""
-    request = StopRequest()
+def graceful_stop(stop_file: Path | None = None) -> Iterator[StopRequest]:
+    """Within the block, the first SIGINT/SIGTERM only sets ``request.signal``; so does a stop of the
+    sweep this run belongs to (``stop_file``), seen at the next round boundary."""
+    request = StopRequest(stop_file)
     if threading.current_thread() is not threading.main_thread():
         yield request
         return

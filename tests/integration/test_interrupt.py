@@ -108,3 +108,28 @@ def test_second_interrupt_aborts_at_once_without_traceback(store, tmp_path, how,
     _, runs = final_metrics(store, f"aborted-{how.name}")
     assert runs[0].info.status == "KILLED"
     assert not list(run_dir.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("launcher", ["joblib", "basic"])
+def test_a_stopped_sweep_leaves_no_run_unrecorded(store, tmp_path, launcher):
+    """SIGTERM to the sweep's parent only: every running job stops at its round boundary with a checkpoint and
+    its run KILLED (a pool launcher used to kill the other workers mid-round, leaving their runs RUNNING);
+    queued jobs are skipped without a record; the sweep exits 143."""
+    sweep_dir = tmp_path / "sweep"
+    jobs = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "sim.threads=1"] if launcher == "joblib" else []
+    process = subprocess.Popen([FEDRUN, "-m", *LONG, "sim.epochs=20", "sim.seed=1,2,3,4",
+                                f"track.experiment=sweep-{launcher}", f"hydra.sweep.dir={sweep_dir}", *jobs],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_for(store))
+    deadline = time.time() + 180
+    while not list(sweep_dir.glob("*/checkpoint.pt")) and process.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert process.poll() is None, "the sweep ended before it could be stopped"
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 143, stderr
+    assert "Traceback" not in stderr
+    client = MlflowClient(store)
+    runs = client.search_runs([client.get_experiment_by_name(f"sweep-{launcher}").experiment_id])
+    assert runs and all(r.info.status == "KILLED" for r in runs), [r.info.status for r in runs]
+    assert all("sim.resume=" in r.data.tags["fedrun.failure_reason"] for r in runs)
+    assert len(runs) < 4  # the queued jobs were skipped, not run
