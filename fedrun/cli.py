@@ -102,6 +102,10 @@ def _set_faiss_threads(threads: int) -> None:
 
 
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "info":  # fedrun info [group=option]: no Hydra app, no data
+        from fedrun.info import main as info
+
+        sys.exit(info(sys.argv[2:]))
     hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(_app)()
 
 

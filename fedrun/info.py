@@ -1,0 +1,134 @@
+"""``fedrun info``: what fedrun offers, without reading any data.
+
+  fedrun info                  every group and option, with one line from its module's docstring
+  fedrun info method=fedcl     one option: its docstring (paper, equations, open choices), its defaults,
+                               the options of the other groups it runs with (from the declared
+                               capabilities: ``fedrun.build.check_combination``) and the presets using it
+Hydra's own ``fedrun --help`` keeps working.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from fedrun.core.paths import config_dir
+from fedrun.errors import FedrunError
+
+GROUPS = ("dataset", "backbone", "method", "privacy", "attack", "defense", "eval", "track")
+PARTNERS = ("backbone", "privacy", "attack", "defense")  # what a method's compatibility is listed against
+WIDTH = 100  # characters of an option's one-line summary
+
+
+def options(group: str) -> list[str]:
+    """The group's options: its YAML files, nested folders as ``folder/name``."""
+    root = Path(config_dir()) / group
+    return sorted(p.relative_to(root).with_suffix("").as_posix() for p in root.rglob("*.yaml"))
+
+
+def target_of(group: str, option: str) -> str | None:
+    node = OmegaConf.load(Path(config_dir()) / group / f"{option}.yaml")
+    return node.get("_target_") if isinstance(node, dict) or OmegaConf.is_dict(node) else None
+
+
+def docstring(target: str | None) -> str:
+    """The docstring of the module that implements ``target`` (a class path)."""
+    if not target:
+        return ""
+    module = importlib.import_module(target.rsplit(".", 1)[0])
+    return (module.__doc__ or "").strip()
+
+
+def summary(group: str, option: str) -> str:
+    """One line: the first sentence of the module docstring, else the YAML's leading comment."""
+    paragraph = " ".join(docstring(target_of(group, option)).split("\n\n")[0].split())
+    if paragraph:
+        sentence = paragraph.split(". ")[0].rstrip(".") + "."
+        return sentence if len(sentence) <= WIDTH else sentence[:WIDTH].rsplit(" ", 1)[0] + " …"
+    for line in (Path(config_dir()) / group / f"{option}.yaml").read_text().splitlines():
+        if line.startswith("#") and not line.startswith("# @package"):
+            return line.lstrip("# ").strip()
+    return ""
+
+
+def overview() -> str:
+    lines = ["fedrun: groups and options (fedrun info <group>=<option> for one of them)", ""]
+    for group in GROUPS:
+        lines.append(f"{group}:")
+        for option in options(group):
+            lines.append(f"  {option:<22} {summary(group, option)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def compatibility(group: str, option: str) -> list[str]:
+    """For a method: each option of the partner groups, and why not where it cannot run with it."""
+    if group != "method":
+        return []
+    from fedrun.cli import compose
+    from fedrun.experiment import plan
+
+    lines = []
+    for partner in PARTNERS:
+        ok, refused = [], []
+        for other in options(partner):
+            try:
+                plan(compose([f"method={option}", f"{partner}={other}", "track=none"]))
+                ok.append(other)
+            except FedrunError as err:
+                refused.append(f"    {other}: {str(err).splitlines()[0]}")
+            except Exception as err:  # an option that needs other overrides to compose at all
+                refused.append(f"    {other}: needs other settings ({type(err).__name__})")
+        lines.append(f"  {partner}: {', '.join(ok) or '(none)'}")
+        if refused:
+            lines += [f"  {partner}, not with this method:"] + refused
+    return lines
+
+
+def presets_using(group: str, option: str) -> list[str]:
+    """Presets (conf/experiment) and table rows (conf/row) that select this option in their defaults list
+    or sweep over it."""
+    root = Path(config_dir())
+    found = []
+    for folder in ("experiment", "row"):
+        for path in sorted((root / folder).rglob("*.yaml")):
+            node = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+            chosen = set()
+            for entry in node.get("defaults", []) or []:
+                if isinstance(entry, dict):
+                    chosen |= {str(v) for k, v in entry.items() if k.replace("override ", "").lstrip("/") == group}
+            swept = ((node.get("hydra") or {}).get("sweeper") or {}).get("params") or {}
+            chosen |= {v.strip() for v in str(swept.get(group, "")).split(",")}
+            if option in chosen:
+                found.append(f"{folder}/{path.relative_to(root / folder).with_suffix('').as_posix()}")
+    return found
+
+
+def describe(selection: str) -> str:
+    group, _, option = selection.partition("=")
+    if group not in GROUPS or not option:
+        raise FedrunError(f"fedrun info takes <group>=<option> with a group among {', '.join(GROUPS)}; "
+                          f"got {selection!r}")
+    if option not in options(group):
+        raise FedrunError(f"{group}={option} is not an option: {', '.join(options(group))}")
+    defaults = (Path(config_dir()) / group / f"{option}.yaml").read_text().rstrip()
+    lines = [f"{group}={option}", "", docstring(target_of(group, option)) or summary(group, option), "",
+             f"defaults (conf/{group}/{option}.yaml):", *("  " + line for line in defaults.splitlines())]
+    compat = compatibility(group, option)
+    if compat:
+        lines += ["", "runs with:", *compat]
+    used = presets_using(group, option)
+    lines += ["", "presets and rows using it: " + (", ".join(used) if used else "none")]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    try:
+        print(describe(argv[0]) if argv else overview())
+    except FedrunError as err:
+        print(f"fedrun: error: {err}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,51 @@
+"""``fedrun info``: every group and option with a line from its module, one option in full, bad input."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from fedrun.info import GROUPS, describe, options, overview, presets_using, summary
+from tests.integration.test_cli import FEDRUN
+
+
+def test_the_overview_lists_every_option_of_every_group_with_a_line():
+    text = overview()
+    for group in GROUPS:
+        assert f"\n{group}:\n" in f"\n{text}"
+        for option in options(group):
+            line = next(line for line in text.splitlines() if line.strip().startswith(option + " "))
+            assert len(line.split(None, 1)[1]) > 10, line  # a description, not just the name
+
+
+def test_a_summary_is_the_first_sentence_of_the_module_docstring():
+    assert summary("method", "fedavg").startswith("FedAvg on a recommendation backbone (McMahan et al., AISTATS 2017)")
+    assert summary("defense", "mean").endswith(".")
+
+
+def test_one_option_shows_its_paper_defaults_partners_and_presets():
+    text = describe("method=cl4fedrec")
+    assert "Eq. 7" in text and "Choices where the paper is open" in text  # the module docstring
+    assert "defaults (conf/method/cl4fedrec.yaml):" in text and "synthetic_users: 60" in text
+    runs_with = text.split("runs with:")[1]
+    assert "defense: hics, krum, mean" in runs_with
+    assert "eb: attack='eb' is not allowed" in runs_with  # refused, with the capability that is missing
+    assert "row/rcl4fedrec/cl4fedrec" in text
+
+
+def test_presets_are_found_through_rows_and_sweeps():
+    assert "row/fedcl/fedcl" in presets_using("method", "fedcl")
+    assert "experiment/robustness/matrix" in presets_using("defense", "krum")
+
+
+@pytest.mark.parametrize("argument, message", [("method=nope", "method=nope is not an option"),
+                                               ("colour=red", "fedrun info takes <group>=<option>")])
+def test_bad_selections_are_one_line_errors(argument, message):
+    out = subprocess.run([FEDRUN, "info", argument], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_hydra_help_still_works():
+    out = subprocess.run([FEDRUN, "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "method" in out.stdout
