@@ -106,8 +106,8 @@ def interactions(user, item, n_users, n_items):
 
 
 class FakeSplit:
-    def __init__(self, train, test):
-        self.train, self.test, self.n_items = train, test, train.n_items
+    def __init__(self, train, test, valid=None):
+        self.train, self.test, self.valid, self.n_items = train, test, valid, train.n_items
 
 
 def test_targets_least_popular_random_and_explicit():
@@ -123,6 +123,16 @@ def test_targets_least_popular_random_and_explicit():
         choose_targets(AttackConfig(targets="explicit", target_ids=[6]), split)
     with pytest.raises(ConfigError, match="attack.n_targets"):
         choose_targets(AttackConfig(n_targets=5), split)
+
+
+def test_least_popular_counts_the_validation_part_too():
+    """A validation share carved from train must not make an item look rarer than it is (the target is the
+    least popular item of the whole data, as in the A-hum code)."""
+    train = interactions([0, 1, 2], [0, 0, 1], 3, 3)
+    valid = interactions([0, 1], [1, 1], 3, 3)  # item 1's other interactions sit in validation
+    test = interactions([2, 0], [2, 2], 3, 3)  # counts over all parts: 0→2, 1→3, 2→2
+    assert choose_targets(AttackConfig(n_targets=1), FakeSplit(train, test, valid)).tolist() == [0]
+    assert choose_targets(AttackConfig(n_targets=1), FakeSplit(train, test)).tolist() == [1]  # without it: item 1
 
 
 class FixedScores:

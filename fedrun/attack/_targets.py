@@ -13,8 +13,9 @@ from fedrun.errors import check
 
 
 def choose_targets(config: AttackConfig, split: Split) -> torch.Tensor:
-    """[T] target item ids. ``least_popular``: the items with the fewest interactions over train and
-    test among those that occur there (the A-hum code's target), ties to the lower id; ``random``:
+    """[T] target item ids. ``least_popular``: the items with the fewest interactions over every part
+    (train, validation, test: the A-hum code counts its whole data) among those that occur, ties to the
+    lower id; ``random``:
     drawn from the items that occur, with ``target_seed``; ``explicit``: ``target_ids``."""
     n_items = split.n_items
     if config.targets == "explicit":
@@ -22,7 +23,7 @@ def choose_targets(config: AttackConfig, split: Split) -> torch.Tensor:
         check(bool(((ids >= 0) & (ids < n_items)).all()), "attack.target_ids", config.target_ids,
               f"item ids in [0, {n_items}) of this dataset")
         return ids
-    parts = [split.train.item, split.test.item]
+    parts = [p.item for p in (split.train, split.valid, split.test) if p is not None]
     counts = torch.from_numpy(np.bincount(np.concatenate([np.asarray(p) for p in parts]), minlength=n_items))
     occurring = torch.nonzero(counts > 0).squeeze(1)
     check(config.n_targets <= occurring.numel(), "attack.n_targets", config.n_targets,
