@@ -40,6 +40,8 @@ def compose(overrides: list[str]) -> DictConfig:
 def _app(cfg: DictConfig) -> float | None:
     from fedrun import experiment
 
+    global _task_started
+    _task_started = True
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     sweep = hydra_cfg.sweep.dir if multirun else None
@@ -101,12 +103,22 @@ def _set_faiss_threads(threads: int) -> None:
         faiss.omp_set_num_threads(threads)
 
 
+_task_started = False  # whether Hydra got as far as calling the app (else its own error was the config's)
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "info":  # fedrun info [group=option]: no Hydra app, no data
         from fedrun.info import main as info
 
         sys.exit(info(sys.argv[2:]))
-    hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(_app)()
+    try:
+        hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(_app)()
+    except SystemExit as exit_:
+        # Hydra reports a config it cannot compose (unknown option, bad override syntax) itself and exits 1;
+        # that is a user error like any other, so it exits 2. Once the app ran, its own codes stand.
+        if exit_.code == 1 and not _task_started:
+            sys.exit(2)
+        raise
 
 
 if __name__ == "__main__":

@@ -28,8 +28,15 @@ def test_bad_value_exits_2_with_one_paragraph_and_no_traceback():
 
 def test_unknown_option_lists_the_available_ones():
     result = fedrun("method=nope")
-    assert result.returncode != 0
+    assert result.returncode == 2  # a config error like any other (Hydra's own exit status is 1)
     assert "Could not find 'method/nope'" in result.stderr and "fedavg" in result.stderr
+
+
+def test_hydra_syntax_errors_exit_2_too():
+    for bad in ("sim.seed=[1,", "+nonsense", "method=fedavg,central"):  # the last: a sweep without -m
+        result = fedrun(bad, "track=none")
+        assert result.returncode == 2, (bad, result.stderr)
+        assert "Traceback" not in result.stderr
 
 
 def test_run_prints_table_and_mlflow_link():
