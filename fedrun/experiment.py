@@ -232,7 +232,11 @@ def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) ->
         raise
     except BaseException as err:
         with interrupts_ignored():
-            tracker.finish("FAILED", f"{type(err).__name__}: {err}")
+            try:
+                tracker.finish("FAILED", f"{type(err).__name__}: {err}")
+            except FedrunError as tracking_error:  # the store itself failed: say so, keep the first cause
+                if tracking_error is not err:
+                    log.warning("could not mark the run FAILED: %s", tracking_error)
         raise
     print(f"\n{b.label}  ({result.rounds} rounds, train {result.train_seconds:.1f}s, eval {result.eval_seconds:.1f}s)")
     print(table)

@@ -431,3 +431,26 @@ def test_the_report_marks_rows_at_or_below_their_floor(tmp_path):
     (pop,) = [line for line in text.splitlines() if line.startswith("| pop")]
     assert "(≤ floor " in fedavg and "floor" not in pop
     assert "at or below the popularity floor" in text
+
+
+def test_a_store_that_fails_mid_run_is_one_named_error(monkeypatch, caplog):
+    """A SQLite store that turns read-only during the run (or fills up) ends it with one line naming the store
+    and the step, and the run keeps its first cause (it used to end in a traceback from inside MLflow)."""
+    import sqlite3
+
+    from mlflow.tracking import MlflowClient as Client
+
+    from fedrun.track.mlflow import TrackingError
+
+    real = Client.log_batch
+
+    def log_batch(self, run_id, metrics=(), params=(), tags=()):
+        if metrics:
+            raise sqlite3.OperationalError("attempt to write a readonly database")
+        return real(self, run_id, metrics=metrics, params=params, tags=tags)
+
+    monkeypatch.setattr(Client, "log_batch", log_batch)
+    with pytest.raises(TrackingError, match=r"tracking store sqlite:///.* failed while logging metrics: attempt to "
+                                            r"write a readonly database\. .*sim.resume"):
+        run(["track=mlflow", "track.experiment=readonly", "track.flush_every=1"])
+    assert any("could not mark the run FAILED" in r.getMessage() for r in caplog.records)

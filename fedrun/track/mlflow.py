@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedrun.errors import ConfigError, check
+from fedrun.errors import ConfigError, FedrunError, check
 from fedrun.track.base import Tracker
 
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
@@ -36,6 +36,24 @@ class MlflowConfig:
 
     def __post_init__(self) -> None:
         check(self.flush_every >= 1, "flush_every", self.flush_every, "an integer >= 1")
+
+
+class TrackingError(FedrunError):
+    """The tracking store failed during a run (read-only or full SQLite file, a server that went away)."""
+
+
+@contextlib.contextmanager
+def store_call(uri: str, what: str) -> Iterator[None]:
+    """Translate any failure of the store into one ``TrackingError`` line naming the store and the step."""
+    try:
+        yield
+    except FedrunError:
+        raise
+    except Exception as err:  # MlflowException, sqlite3 / SQLAlchemy errors, OSError, HTTP errors
+        cause = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise TrackingError(f"The tracking store {uri} failed while {what}: {cause[:300]}. The run's last periodic "
+                            "checkpoint (sim.checkpoint_every) can be resumed with sim.resume=<its path> once the "
+                            "store works again.") from None
 
 
 def default_uri() -> str:
@@ -61,14 +79,15 @@ class Mlflow(Tracker):
     def start(self, experiment: str, run_name: str, params: dict[str, Any], tags: dict[str, str]) -> None:
         from mlflow.entities import Param
 
-        self.client = self._client()
-        self.experiment_id = experiment_id(self.client, experiment)
-        run = self.client.create_run(self.experiment_id, run_name=run_name,
-                                     tags={"mlflow.runName": run_name, **tags})
-        self._run_id = run.info.run_id
-        items = [Param(k, str(v)[:6000]) for k, v in params.items()]
-        for start in range(0, len(items), MAX_PARAMS):
-            self.client.log_batch(self._run_id, params=items[start:start + MAX_PARAMS])
+        with store_call(self.uri, "creating the run"):
+            self.client = self._client()
+            self.experiment_id = experiment_id(self.client, experiment)
+            run = self.client.create_run(self.experiment_id, run_name=run_name,
+                                         tags={"mlflow.runName": run_name, **tags})
+            self._run_id = run.info.run_id
+            items = [Param(k, str(v)[:6000]) for k, v in params.items()]
+            for start in range(0, len(items), MAX_PARAMS):
+                self.client.log_batch(self._run_id, params=items[start:start + MAX_PARAMS])
 
     @property
     def run_id(self) -> str | None:
@@ -111,7 +130,8 @@ class Mlflow(Tracker):
 
     def log_checkpoint(self, path: Path) -> None:
         if self.client is not None and self._run_id is not None:
-            self.client.log_artifact(self._run_id, str(path), CHECKPOINT_DIR)
+            with store_call(self.uri, "storing the checkpoint"):
+                self.client.log_artifact(self._run_id, str(path), CHECKPOINT_DIR)
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric
@@ -124,25 +144,29 @@ class Mlflow(Tracker):
     def flush(self) -> None:
         if self._run_id is None or not self._buffer:
             return
-        for start in range(0, len(self._buffer), MAX_BATCH):
-            self.client.log_batch(self._run_id, metrics=self._buffer[start:start + MAX_BATCH])
+        with store_call(self.uri, "logging metrics"):
+            for start in range(0, len(self._buffer), MAX_BATCH):
+                self.client.log_batch(self._run_id, metrics=self._buffer[start:start + MAX_BATCH])
         self._buffer = []
 
     def log_artifact(self, path: Path) -> None:
         if self._run_id is not None:
-            self.client.log_artifact(self._run_id, str(path))
+            with store_call(self.uri, f"storing {path.name}"):
+                self.client.log_artifact(self._run_id, str(path))
 
     def set_tags(self, tags: dict[str, str]) -> None:
-        for key, value in tags.items() if self._run_id is not None else ():
-            self.client.set_tag(self._run_id, key, value)
+        with store_call(self.uri, "setting tags"):
+            for key, value in tags.items() if self._run_id is not None else ():
+                self.client.set_tag(self._run_id, key, value)
 
     def finish(self, status: str, reason: str | None = None) -> None:
         if self._run_id is None:
             return
         self.flush()
-        if reason:
-            self.client.set_tag(self._run_id, "fedrun.failure_reason", reason[:5000])
-        self.client.set_terminated(self._run_id, status=status)
+        with store_call(self.uri, f"marking the run {status}"):
+            if reason:
+                self.client.set_tag(self._run_id, "fedrun.failure_reason", reason[:5000])
+            self.client.set_terminated(self._run_id, status=status)
 
     def link(self) -> str | None:
         if self._run_id is None:
