@@ -81,20 +81,20 @@ def test_item_contrastive_equals_eq10_per_client_and_ignores_padding():
 
 def test_union_contrastive_equals_its_definition_per_client():
     gen = torch.Generator().manual_seed(3)
-    table = torch.randn(2, 6, 4, generator=gen)
-    is_pos = torch.tensor([[1, 1, 1, 0, 0, 0], [1, 0, 0, 1, 1, 0]], dtype=torch.bool)
-    is_neg = torch.tensor([[0, 0, 0, 1, 1, 0], [0, 1, 1, 0, 0, 0]], dtype=torch.bool)  # slot 5: padding
-    slots = torch.tensor([[0, 1, 2], [0, 3, 4]])
-    anchors = torch.stack([table[b, slots[b]] for b in range(2)])
-    got = union_contrastive(anchors, slots, torch.ones(2, 3, dtype=torch.bool), table, is_pos, is_neg, 0.5, "sum")
+    anchors, negatives = torch.randn(2, 4, 3, generator=gen), torch.randn(2, 4, 2, 3, generator=gen)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.bool)
+    got = union_contrastive(anchors, mask, negatives, 0.5, "sum")
     for b in range(2):
+        items = [k for k in range(4) if mask[b, k]]
         total = 0.0
-        for k in slots[b].tolist():
-            e = {j: math.exp(cos(table[b, k], table[b, j]) / 0.5) for j in range(6) if j != k}
-            pos = sum(v for j, v in e.items() if is_pos[b, j])
-            every = sum(v for j, v in e.items() if is_pos[b, j] or is_neg[b, j])
-            total += -math.log(pos / every)
+        for k in items:
+            pos = sum(math.exp(cos(anchors[b, k], anchors[b, j]) / 0.5) for j in items if j != k)
+            neg = sum(math.exp(cos(anchors[b, k], negatives[b, k, m]) / 0.5) for m in range(2))
+            total += -math.log(pos / (pos + neg))
         assert got[b].item() == pytest.approx(total, rel=1e-5)
+    lone = union_contrastive(anchors, torch.tensor([[1, 0, 0, 0], [0, 0, 0, 0]], dtype=torch.bool), negatives,
+                             0.5, "sum")
+    assert torch.equal(lone, torch.zeros(2))  # an item with no other interacted item has no positive
 
 
 def test_info_nce_is_the_log_softmax_of_the_positive():
