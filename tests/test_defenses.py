@@ -132,6 +132,22 @@ def test_sum_semantics_multiply_the_estimate_by_the_uploaders():
     torch.testing.assert_close(total.dense["w"], mean.dense["w"] * uploads.n_clients)
 
 
+@pytest.mark.parametrize("rule", [lambda c: Median(RobustConfig(**c)), lambda c: Krum(KrumConfig(f=2, **c)),
+                                  lambda c: TrimmedMean(TrimmedMeanConfig(trim=2, **c)),
+                                  lambda c: NormBound(NormBoundConfig(tau=0.1, **c))],
+                         ids=["median", "krum", "trimmed_mean", "norm_bound"])
+@pytest.mark.parametrize("reduce", ["mean", "sum"])
+def test_scope_rows_leaves_the_shared_weights_to_the_plain_rule(rule, reduce):
+    """scope=rows: the item rows as under scope=all, the shared weights as the plain mean or sum."""
+    uploads = ragged_uploads(4)
+    everything = rule({"reduce": reduce}).aggregate(uploads)
+    rows_only = rule({"reduce": reduce, "scope": "rows"}).aggregate(uploads)
+    torch.testing.assert_close(rows_only.item_delta, everything.item_delta)
+    plain = uploads.dense["w"].sum(0) if reduce == "sum" else uploads.dense["w"].mean(0)
+    torch.testing.assert_close(rows_only.dense["w"], plain)
+    assert not torch.allclose(everything.dense["w"], plain)
+
+
 def test_an_outlier_moves_the_mean_but_not_the_robust_rules():
     rows = torch.tensor([[1.0], [1.1], [0.9], [1.0], [1.05], [1000.0]], dtype=torch.float64)
     uploads = Uploads(6, torch.arange(6), torch.zeros(6, dtype=torch.long), rows)
@@ -147,6 +163,7 @@ def test_an_outlier_moves_the_mean_but_not_the_robust_rules():
     (["defense=multi_krum", "defense.m=0"], "defense.m"),
     (["defense=norm_bound", "defense.tau=0"], "defense.tau"),
     (["defense=median", "defense.reduce=max"], "defense.reduce"),
+    (["defense=median", "defense.scope=tower"], "defense.scope"),
     (["defense=hics", "defense.quantile=0"], "defense.quantile"),
     (["defense=hics", "defense.min_uploaders=0"], "defense.min_uploaders"),
 ])

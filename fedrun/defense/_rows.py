@@ -8,6 +8,8 @@ each row's c uploads. ``RobustDefense`` applies it to every item row over the cl
 uploaded that row, and to every shared dense weight over all uploading clients (one stack of B
 uploads per weight), then keeps the method's semantics: the estimate itself (``reduce=mean``)
 or the estimate times the row's uploader count (``reduce=sum``, servers that sum gradients).
+``scope=rows`` leaves the shared weights to the plain mean / sum: it separates what a rule stops on
+the item rows from what it stops on the shared network.
 """
 
 from __future__ import annotations
@@ -52,9 +54,11 @@ def stack_rows(keys: torch.Tensor, deltas: torch.Tensor) -> tuple[torch.Tensor, 
 @dataclass
 class RobustConfig:
     reduce: str = "mean"  # mean: the robust estimate | sum: estimate × uploaders (servers that sum)
+    scope: str = "all"  # all: item rows and shared weights | rows: item rows only, shared weights plainly
 
     def __post_init__(self) -> None:
         check_choice("reduce", self.reduce, ("mean", "sum"))
+        check_choice("scope", self.scope, ("all", "rows"))
 
 
 class RobustDefense(Defense):
@@ -81,6 +85,9 @@ class RobustDefense(Defense):
         items, item_delta = self.rows(uploads.row_item, uploads.row_delta)
         dense = {}
         for name, delta in uploads.dense.items():  # [B, *shape]: one row, every client uploads it
+            if self.config.scope == "rows":  # the shared weights as the plain server would: mean or sum
+                dense[name] = delta.sum(0) if self.config.reduce == "sum" else delta.mean(0)
+                continue
             flat = delta.reshape(delta.shape[0], -1)
             _, estimate = self.rows(torch.zeros(flat.shape[0], dtype=torch.long, device=flat.device), flat)
             dense[name] = estimate[0].view(delta.shape[1:])

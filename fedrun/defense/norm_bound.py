@@ -40,7 +40,8 @@ class NormBound(Defense):
         items, total, uploaders = self.reducer.sum_by_key(uploads.row_item, rows, ones)
         if mean:
             total = total / uploaders.unsqueeze(1)
-        dense = self.reducer.sum_dense({k: clip_each(v, tau) for k, v in uploads.dense.items()})
+        scoped = self.config.scope == "all"  # rows: the shared weights are summed as uploaded
+        dense = self.reducer.sum_dense({k: clip_each(v, tau) if scoped else v for k, v in uploads.dense.items()})
         if mean:
             dense = {k: v / uploads.n_clients for k, v in dense.items()}
         return Aggregate(items, total, dense)
