@@ -35,6 +35,10 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         check(self.epochs >= 1, "epochs", self.epochs, "an integer >= 1")
+        check(self.seed >= 0, "seed", self.seed, "an integer >= 0 (as dataset.split.seed)")
+        for name in ("resume", "checkpoint_dir"):
+            value = getattr(self, name)
+            check(value is None or str(value).strip() != "", name, value, "null or a non-empty path")
         per_round = self.clients_per_round
         check(per_round == "all" or (isinstance(per_round, int) and not isinstance(per_round, bool) and per_round >= 1)
               or (isinstance(per_round, float) and 0 < per_round <= 1),
