@@ -28,6 +28,7 @@ from fedrun.eval.floor import at_or_below, compared_metric, floor_metrics
 from fedrun.method.base import Method
 from fedrun.method.pop import Pop
 from fedrun.privacy.base import Privacy
+from fedrun.report.curves import curve_keys, learning_curve
 from fedrun.report.table import metrics_table
 from fedrun.sim.config import SimConfig
 from fedrun.sim.env import RunEnv
@@ -221,6 +222,7 @@ def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) ->
         table = metrics_table({"test": result.test, **({"valid": result.valid} if result.valid else {}), **floor})
         for path in write_outputs(cfg, b.label, table):
             tracker.log_artifact(path)
+        log_result_views(b, result, floor, tracker, path.parent)
         tracker.finish("FINISHED")
     except Interrupted as err:
         with interrupts_ignored():
@@ -260,6 +262,25 @@ def judge_against_floor(b: Built, result: RunResult, tracker: Tracker) -> dict[s
                     metric, result.test[metric], kind, floor[metric])
         tracker.set_tags({"fedrun.below_floor": "true"})
     return {f"floor ({kind})": floor}
+
+
+def log_result_views(b: Built, result: RunResult, floor: dict[str, dict[str, float]], tracker: Tracker,
+                     out: Path) -> None:
+    """The results table as a table artifact (``results.json``: metric, test, valid, floor) and the learning
+    curve of the monitored metric (``learning_curve.png``), for the tracker's run page."""
+    parts = {"test": result.test, **({"valid": result.valid} if result.valid else {}),
+             **{"floor": values for values in floor.values()}}
+    names = list(result.test)
+    tracker.log_table({"metric": names, **{part: [values.get(n) for n in names] for part, values in parts.items()}},
+                      "results.json")
+    monitor = compared_metric(result.test, result.test, b.evaluator.config.monitor)
+    if monitor is None:
+        return
+    history = tracker.metric_history(curve_keys(["train_loss", *(f"{p}_{monitor}" for p in ("valid", "test", "floor"))],
+                                                monitor))
+    figure = learning_curve(history, out / "learning_curve.png", b.label, monitor)
+    if figure is not None:
+        tracker.log_artifact(figure)
 
 
 def resume_state(b: Built, cfg: DictConfig) -> tuple[RunnerState, str | None, bool]:

@@ -454,3 +454,18 @@ def test_a_store_that_fails_mid_run_is_one_named_error(monkeypatch, caplog):
                                             r"write a readonly database\. .*sim.resume"):
         run(["track=mlflow", "track.experiment=readonly", "track.flush_every=1"])
     assert any("could not mark the run FAILED" in r.getMessage() for r in caplog.records)
+
+
+def test_a_run_logs_its_learning_curve_and_results_table():
+    import json
+
+    result = run(["track=mlflow", "track.experiment=views"])
+    client = MlflowClient()
+    (record,) = client.search_runs([client.get_experiment_by_name("views").experiment_id])
+    artifacts = {a.path for a in client.list_artifacts(record.info.run_id)}
+    assert {"learning_curve.png", "results.json"} <= artifacts
+    local = client.download_artifacts(record.info.run_id, "results.json")
+    table = json.loads(open(local).read())
+    assert table["columns"][:2] == ["metric", "test"] and "floor" in table["columns"]
+    row = next(r for r in table["data"] if r[0] == "ndcg_at_10")
+    assert row[1] == pytest.approx(result.test["ndcg_at_10"])

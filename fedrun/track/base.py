@@ -37,6 +37,13 @@ class Tracker:
     def set_tags(self, tags: dict[str, str]) -> None:
         """Tags learned during the run (e.g. ``fedrun.collapsed``)."""
 
+    def metric_history(self, keys: list[str]) -> dict[str, list[tuple[int, float]]]:
+        """The recorded (step, value) series of these metrics (those the run logged); none by default."""
+        return {}
+
+    def log_table(self, columns: dict[str, list], name: str) -> None:
+        """A results table the tracker can show as a table (MLflow's table artifact)."""
+
     def flush(self) -> None:
         """Send buffered metrics now (before a checkpoint, so a resumed run's history has no gap)."""
 

@@ -159,6 +159,24 @@ class Mlflow(Tracker):
             for key, value in tags.items() if self._run_id is not None else ():
                 self.client.set_tag(self._run_id, key, value)
 
+    def metric_history(self, keys: list[str]) -> dict[str, list[tuple[int, float]]]:
+        if self._run_id is None:
+            return {}
+        self.flush()
+        with store_call(self.uri, "reading the metric history"):
+            logged = self.client.get_run(self._run_id).data.metrics
+            return {key: [(m.step, m.value) for m in sorted(self.client.get_metric_history(self._run_id, key),
+                                                            key=lambda m: m.step)]
+                    for key in keys if key in logged}
+
+    def log_table(self, columns: dict[str, list], name: str) -> None:
+        if self._run_id is None:
+            return
+        import pandas as pd
+
+        with store_call(self.uri, f"storing the table {name}"):
+            self.client.log_table(self._run_id, data=pd.DataFrame(columns), artifact_file=name)
+
     def finish(self, status: str, reason: str | None = None) -> None:
         if self._run_id is None:
             return
