@@ -255,7 +255,7 @@ def judge_against_floor(b: Built, result: RunResult, tracker: Tracker) -> dict[s
     floor = floor_metrics(b.evaluator, b.env)
     tracker.log_metrics({f"floor_{k}": v for k, v in floor.items()}, step=result.rounds)
     kind = "user + item bias" if b.evaluator.rating else "popularity"
-    metric = compared_metric(result.test, floor, b.evaluator.config.monitor)
+    metric = compared_metric(result.test, floor, b.evaluator.monitor)
     if metric is not None and at_or_below(result.test, floor, metric):
         log.warning("test %s %.4f is at or below the %s floor %.4f of this split and protocol: the run learned "
                     "nothing a count could not (a bug, too few rounds or a bad default, never a result)",
@@ -273,7 +273,7 @@ def log_result_views(b: Built, result: RunResult, floor: dict[str, dict[str, flo
     names = list(result.test)
     tracker.log_table({"metric": names, **{part: [values.get(n) for n in names] for part, values in parts.items()}},
                       "results.json")
-    monitor = compared_metric(result.test, result.test, b.evaluator.config.monitor)
+    monitor = compared_metric(result.test, result.test, b.evaluator.monitor)
     if monitor is None:
         return
     history = tracker.metric_history(curve_keys(["train_loss", *(f"{p}_{monitor}" for p in ("valid", "test", "floor"))],

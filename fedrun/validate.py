@@ -56,7 +56,11 @@ def check_run(dataset: str, split: Split, backbone: Backbone, sim: SimConfig, me
 
 
 def check_selection(sim: SimConfig, evaluator: Evaluator) -> None:
-    """sim.patience / sim.keep_best need validations and a monitored metric the evaluator returns."""
+    """eval.monitor must be a metric the evaluator returns (the progress bar, the learning curve, the floor
+    verdict read it); sim.patience / sim.keep_best need validations as well."""
+    names = evaluator.metric_names()
+    check(evaluator.monitor in names, "eval.monitor", evaluator.config.monitor,
+          f"auto or a metric this evaluation returns: {', '.join(names)}")
     if not sim.selects_on_validation:
         return
     name, value = ("sim.patience", sim.patience) if sim.patience is not None else ("sim.keep_best", True)
@@ -65,9 +69,6 @@ def check_selection(sim: SimConfig, evaluator: Evaluator) -> None:
                                        "(dataset.split.valid for loo, dataset.split.valid_ratio otherwise)")
     if not sim.eval_every:
         raise ConfigError(name, value, "null / false with sim.eval_every=0 (no validation is run)")
-    names = evaluator.metric_names()
-    check(evaluator.config.monitor in names, "eval.monitor", evaluator.config.monitor,
-          f"a metric this evaluation returns: {', '.join(names)}")
 
 
 def _check_checkpoint_dir(sim: SimConfig) -> None:

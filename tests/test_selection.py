@@ -45,6 +45,9 @@ class Scripted(Evaluator):
         self.config = EvalConfig(monitor=monitor)
         self.rating, self.script, self.split = rating, script, type("S", (), {"valid": True})()
 
+    def collapsed(self, method: Counter, sample: int = 64) -> bool:
+        return False  # a scripted evaluation has no scores to inspect
+
     def evaluate(self, method: Counter, part: str) -> dict[str, float]:
         trained = int(method.rounds)
         value = self.script[trained - 1] if part == "valid" else float(trained)

@@ -40,6 +40,7 @@ class AttackConfig:
         check(0 < self.fraction < 1, "fraction", self.fraction, "a number in (0, 1) of malicious clients per user")
         check_choice("targets", self.targets, ("least_popular", "random", "explicit"))
         check(self.n_targets >= 1, "n_targets", self.n_targets, "an integer >= 1")
+        check(self.target_seed >= 0, "target_seed", self.target_seed, "an integer >= 0")
         check(self.targets != "explicit" or len(self.target_ids) >= 1, "target_ids", self.target_ids,
               "a non-empty list of item ids with targets=explicit")
         check_choice("participation", self.participation, ("every_round", "sampled"))

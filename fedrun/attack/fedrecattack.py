@@ -65,6 +65,7 @@ class FedRecAttackConfig(AttackConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check(0 < self.known_fraction <= 1, "known_fraction", self.known_fraction, "a share in (0, 1]")
+        check(self.known_seed >= 0, "known_seed", self.known_seed, "an integer >= 0")
         check(self.items_limit >= 1, "items_limit", self.items_limit, "an integer >= 1")
         check_positive("grad_limit", self.grad_limit)
         check_positive("noise_var", self.noise_var, allow_zero=True)

@@ -41,6 +41,8 @@ class SyntheticConfig(DatasetConfig):
         check(self.mean_length < self.n_items / 2, "mean_length", self.mean_length,
               f"a number < n_items / 2 ({self.n_items / 2})")
         check_positive("temperature", self.temperature)
+        check(self.latent_dim >= 1, "latent_dim", self.latent_dim, "an integer >= 1")
+        check(self.seed >= 0, "seed", self.seed, "an integer >= 0")
 
 
 class Synthetic(Dataset):

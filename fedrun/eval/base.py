@@ -22,7 +22,8 @@ class EvalConfig:
     metrics: list[str] = field(default_factory=lambda: ["hr", "recall", "ndcg", "mrr"])  # ranking metrics
     mask_history: bool = True  # remove the user's training (and, at test, validation) items from the ranking
     kind: str = "auto"  # auto (rating metrics for mse backbones) | ranking | rating
-    monitor: str = "ndcg_at_10"  # validation metric shown in the progress bar; sim.patience / keep_best select on it
+    monitor: str = "auto"  # the metric the progress bar, the floor verdict and sim.patience / keep_best read
+    # (auto: rmse for ratings, else ndcg — or the first metric — at K = 10, or at the first K without a 10)
     clip_ratings: bool = True  # rating metrics: clip predictions to the training ratings' range
     er_ks: list[int] = field(default_factory=lambda: [5, 10, 20, 30])  # ER@K cut-offs (runs with an attack)
 
@@ -102,6 +103,16 @@ class Evaluator:
             return False
         spread = scores.max(1).values - scores.min(1).values  # [U]
         return bool((spread <= 1e-6 * (1 + scores.abs().max(1).values)).all())
+
+    @property
+    def monitor(self) -> str:
+        """``eval.monitor`` with ``auto`` resolved for this protocol."""
+        if self.config.monitor != "auto":
+            return self.config.monitor
+        if self.rating:
+            return "rmse"
+        name = "ndcg" if "ndcg" in self.config.metrics else self.config.metrics[0]
+        return f"{name}_at_{10 if 10 in self.config.ks else self.config.ks[0]}"
 
     def metric_names(self) -> list[str]:
         """The names ``evaluate`` returns."""

@@ -35,6 +35,7 @@ class SampledConfig(EvalConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check(self.num_negatives >= 1, "num_negatives", self.num_negatives, "an integer >= 1")
+        check(self.seed >= 0, "seed", self.seed, "an integer >= 0")
         hits = {"hr", "recall"} & set(self.metrics)  # MRR and NDCG stay meaningful over every candidate
         check(not hits or max(self.ks, default=1) <= self.num_negatives, "ks", self.ks,
               f"cut-offs up to num_negatives = {self.num_negatives} with {'/'.join(sorted(hits))} (a cut-off of all "

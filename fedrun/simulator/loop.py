@@ -89,7 +89,7 @@ def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimC
                 state.eval_seconds += time.perf_counter() - started
                 tracker.log_metrics({f"test_{k}": v for k, v in curve.items()}, step=round_index + 1)
             state.next_round = round_index + 1
-            _progress(bar, epoch, stats.loss, state.valid, evaluator.config.monitor)
+            _progress(bar, epoch, stats.loss, state.valid, evaluator.monitor)
             if save is not None and (stop.requested or (sim.checkpoint_every and
                                                         state.next_round % sim.checkpoint_every == 0)):
                 path = save(state)
@@ -118,7 +118,7 @@ def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimC
 
 def _track_best(state: RunnerState, method: Method, evaluator: Evaluator, keep_best: bool, rounds_done: int) -> None:
     """After a validation: remember it (and, for sim.keep_best, the model) when eval.monitor improved."""
-    monitor = evaluator.config.monitor
+    monitor = evaluator.monitor
     value = state.valid[monitor]
     if evaluator.improves(value, state.best_valid, monitor):
         state.best_valid, state.best_round, state.stale = value, rounds_done, 0
@@ -135,7 +135,7 @@ def _patience_spent(state: RunnerState, sim: SimConfig) -> bool:
 def _select_tested_model(state: RunnerState, method: Method, evaluator: Evaluator, sim: SimConfig,
                          per_epoch: int) -> dict[str, float]:
     """Load the best validated model for sim.keep_best; say where training stopped and why."""
-    monitor, best_epoch = evaluator.config.monitor, state.best_round / per_epoch
+    monitor, best_epoch = evaluator.monitor, state.best_round / per_epoch
     if _patience_spent(state, sim):
         log.info("Early stop after epoch %g: valid %s has not improved for %d validations (best %.4f at epoch %g).",
                  state.next_round / per_epoch, monitor, sim.patience, state.best_valid, best_epoch)
