@@ -18,8 +18,8 @@ LAYERS = [
     ("components", ["privacy", "defense", "attack", "retrieval", "track"]),
     ("methods", ["method"]),
     ("evaluation", ["eval"]),
-    ("simulator", ["simulator"]),
-    ("application", ["build", "validate", "report", "experiment", "cli", "__init__"]),
+    ("simulator", ["simulator", "sweep"]),
+    ("application", ["build", "validate", "report", "experiment", "info", "cli", "__init__"]),
 ]
 LAYER_OF = {top: rank for rank, (_, tops) in enumerate(LAYERS) for top in tops}
 
