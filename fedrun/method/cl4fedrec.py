@@ -205,10 +205,6 @@ class CL4FedRec(FedAvg):
     def offers(cls, config: CL4FedRecConfig) -> frozenset[str]:
         return frozenset({"model_view"})
 
-    def describe(self) -> dict:
-        return {"synthetic_popularity_share": float(self.popularity[self.synthetic_items.cpu()].sum()
-                                                    / self.popularity.sum().clamp_min(1))}
-
     # -- server side -------------------------------------------------------------------------
     def fit_synthetic_users(self) -> float:
         """Eq. 5 on the public model: Adam on the synthetic users' rows only; returns the final loss."""
@@ -253,6 +249,9 @@ class CL4FedRec(FedAvg):
                                                                                 device=item.device)))}
         if self.config.user_cl == "synthetic":
             metrics["synthetic_fit_loss"] = self.fit_synthetic_users()
+            # how popular a synthetic user's N items are (Eq. 4): the share of the training interactions they hold
+            held = self.popularity[self.synthetic_items.cpu()].sum(1).to(torch.float64)  # [S]
+            metrics["synthetic_item_share"] = float(held.mean() / self.popularity.sum().clamp_min(1))
         return metrics
 
     # -- client side -------------------------------------------------------------------------

@@ -25,7 +25,8 @@ from fedrun.track.mlflow import default_uri, experiment_id, open_client
 # averaged over, not grouped by: training seeds, data-split seeds and folds, and settings that say
 # how a run executes rather than what it computes (threads, progress bar, device, checkpoints)
 SEED_PARAMS = {"sim.seed", "sim.progress", "sim.device", "device", "dataset.split.seed", "dataset.split.fold",
-               "sim.threads", "sim.checkpoint_dir", "sim.checkpoint_every", "sim.resume"}
+               "sim.threads", "sim.checkpoint_dir", "sim.checkpoint_every", "sim.resume",
+               "run.synthetic_popularity_share"}  # a per-seed measurement the first CL4FedRec runs logged as a param
 REPLICATE_PARAMS = ("sim.seed", "dataset.split.seed", "dataset.split.fold")  # what makes two runs replicates
 SEEDLESS_SPLITS = ("loo", "temporal_ratio")  # protocols whose split the data-split seed does not draw
 DEFAULT_METRICS = ["test_hr_at_10", "test_ndcg_at_10", "test_recall_at_20", "test_ndcg_at_20", "test_mae", "test_rmse"]
@@ -46,11 +47,13 @@ def collect(client, exp_id: str) -> pd.DataFrame:
 def group_columns(frame: pd.DataFrame) -> list[str]:
     """The chosen options, plus every other parameter that varies — except seeds, and except
     parameters the chosen options already determine (an option's own defaults)."""
-    choices = [c for c in frame.columns if c.startswith("param:choices.") and frame[c].astype(str).nunique() > 1]
+    choices = [c for c in frame.columns if c.startswith("param:choices.") and not c.startswith("param:choices.hydra/")
+               and frame[c].astype(str).nunique() > 1]  # Hydra's own choices (the launcher) are how a run executes
     fixed = [c for c in (f"param:choices.{g}" for g in ("method", "backbone", "dataset")) if c in frame.columns]
     keys = list(dict.fromkeys(fixed + choices))
     text = frame.astype(str)
     varying = [c for c in frame.columns if c.startswith("param:") and c not in keys
+               and not c.startswith("param:choices.hydra/")
                and c[len("param:"):] not in SEED_PARAMS and text[c].nunique() > 1
                and (text.groupby(keys)[c].nunique() > 1).any()]
     return keys + varying
