@@ -112,7 +112,8 @@ def test_item_embeddings_draws_fig2_from_checkpoints(tmp_path):
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr
     done = script("item_embeddings.py", f"A={tmp_path / 'plain' / 'checkpoint.pt'}",
-                  f"B={tmp_path / 'cl' / 'checkpoint.pt'}", "--data", data, "--hot", "10", "--out", str(tmp_path / "fig2"))
+                  f"B={tmp_path / 'cl' / 'checkpoint.pt'}", "--data", data, "--hot", "10",
+                  "--out", str(tmp_path / "fig2"))
     assert done.returncode == 0, done.stderr
     rows = list(csv.DictReader(open(tmp_path / "fig2" / "fig2.csv")))
     assert [r["model"] for r in rows] == ["A", "B"] and all(0 < float(r["item_uniformity"]) for r in rows)
