@@ -21,8 +21,11 @@ Choices where the paper is open (each a config field, logged with the run):
   - Reductions: Eq. 1 and Eq. 10 are sums over the client's examples and items; ``loss_reduction``
     applies to both (``sum``: the paper's equations; ``mean``: both divided by the client's count).
   - Views are drawn once per round per client, from counter-based noise keyed by (seed, round, user),
-    so a client's views do not depend on which clients share its bucket; with several local steps
-    the same views serve every step.
+    so a client's views do not depend on which clients share its bucket; the item views come from the
+    downloaded model; with several local steps the same noise serves every step (its signs follow the
+    current user row, Eq. 6).
+  - The backbone's loss is the recommendation loss of the paper's Eq. 1 (BCE with sampled negatives
+    under NCF); the loss's own fields (``loss_reduction``, ``num_negatives``) are FedAvg's.
   - The item-view step Δ = −``item_view_lr``·∇_V L_rec (null: the client optimizer's own first step —
     for Adam lr·g/(|g| + 1e-8), for SGD lr·g); Δ is a constant of the view (no gradient through it),
     and D_i in Eq. 10 is the client's training positives (its sampled negatives only enter L_rec).
