@@ -15,7 +15,10 @@ import argparse
 import contextlib
 import io
 import logging
+import os
+import shutil
 import sys
+import tempfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -94,6 +97,35 @@ def outcome(overrides: list[str]) -> tuple[str, str]:
     return "accepted", ""
 
 
+DATA_CASES = {  # what happens to one data file (Steam: no public download address, so "missing" stays missing)
+    "missing": lambda path: path.unlink(),
+    "empty": lambda path: path.write_bytes(b""),
+    "truncated": lambda path: path.write_bytes(path.read_bytes()[: path.stat().st_size // 2]),
+    "one byte changed": lambda path: path.write_bytes(bytes([path.read_bytes()[0] ^ 1]) + path.read_bytes()[1:]),
+    "a folder in its place": lambda path: (path.unlink(), path.mkdir()),
+    "a dangling link": lambda path: (path.unlink(), path.symlink_to(path.with_name("nowhere"))),
+}
+
+
+def data_failures(source: Path) -> list[str]:
+    """Each data-file failure mode on each of Steam's two files → table rows (the outcome of building a run)."""
+    rows = []
+    for name in ("train.txt", "test.txt"):
+        for case, damage in DATA_CASES.items():
+            with tempfile.TemporaryDirectory() as root:
+                shutil.copytree(source / "steam", Path(root) / "steam")
+                damage(Path(root) / "steam" / name)
+                saved = {k: os.environ.get(k) for k in ("FEDRUN_DATA_DIR", "FEDRUN_CACHE_DIR")}
+                os.environ.update(FEDRUN_DATA_DIR=root, FEDRUN_CACHE_DIR=str(Path(root) / "cache"))
+                try:
+                    result, detail = outcome(["dataset=steam", "track=none", "sim.progress=false"])
+                finally:
+                    for key, value in saved.items():
+                        os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+            rows.append(f"| steam/{name} | {case} | {result} | {detail[:200]} |")
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("docs/results/fuzz-table.md"))
@@ -130,6 +162,10 @@ def main() -> int:
         c = counts[cls]
         lines.append(f"| {cls} | `{value}` | {sum(c.values())} | {c['named']} | {c['hydra']} | {c['traceback']} | "
                      f"{c['accepted']} |")
+    source = Path(os.environ.get("FEDRUN_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "datasets"))
+    if (source / "steam").exists():
+        lines += ["", "Data-file failure modes (each file of a dataset damaged in a copy of the data folder):", "",
+                  "| file | damage | outcome | message |", "|---|---|---|---|", *data_failures(source)]
     lines += ["", "Accepted cases (each a valid value or a silent acceptance) and tracebacks:", "",
               "| outcome | options | override | detail |", "|---|---|---|---|", *sorted(notable)]
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -52,7 +52,13 @@ def resolve(dataset: str, spec: DataFile, root: Path | None = None) -> Path:
     path = (root or data_dir()) / dataset / spec.path
     if not path.exists():
         _fetch(dataset, spec, path)
-    actual = sha256_of(path)
+    if not path.is_file():
+        raise DataError(f"{path} is not a file (a folder or a special file stands where the data file belongs); "
+                        "put the original file there.")
+    try:
+        actual = sha256_of(path)
+    except OSError as err:
+        raise DataError(f"Data file {path} cannot be read ({err.strerror or err}); check its permissions.") from None
     if actual != spec.sha256:
         raise DataError(
             f"Checksum mismatch for {path}: sha256 is {actual}, expected {spec.sha256}. "

@@ -92,6 +92,17 @@ def test_corrupt_file_raises_checksum_error(tmp_path, monkeypatch):
         dataset.load()
 
 
+def test_a_folder_where_a_data_file_belongs_is_a_named_error(tmp_path, monkeypatch):
+    shutil.copytree(DATA_DIR / "steam", tmp_path / "data" / "steam")
+    path = tmp_path / "data" / "steam" / "train.txt"
+    path.unlink()
+    path.mkdir()  # it used to end in IsADirectoryError from the checksum
+    monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "data"))
+    dataset = steam.Steam(parse_config(steam.Steam.Config, PREDEFINED, "dataset"))
+    with pytest.raises(DataError, match=r"steam/train.txt is not a file"):
+        dataset.load()
+
+
 def test_missing_file_says_where_to_put_it(tmp_path, monkeypatch):
     monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "empty"))
     dataset = yelp_perfedrec.YelpPerfedrec(parse_config(yelp_perfedrec.YelpPerfedrec.Config, PREDEFINED, "dataset"))
