@@ -20,6 +20,7 @@ from fedrun.attack.base import Attack, AttackConfig, AttackSetup
 from fedrun.backbone.base import Backbone
 from fedrun.build import build, check_combination, parse_config, resolve_target
 from fedrun.core.seeding import derive_seed
+from fedrun.data.files import data_dir
 from fedrun.dataset.base import Dataset
 from fedrun.defense.base import Defense
 from fedrun.errors import ConfigError, FedrunError
@@ -207,6 +208,7 @@ def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) ->
         if resumed_run:
             tags["fedrun.resumed_from"] = resumed_run
         tracker.start(experiment, b.label.replace(" ", " · "), params, tags)
+    log_dataset(b, tracker)
     checkpoint_path = Path(sim.checkpoint_dir or job_dir()) / "checkpoint.pt"
     config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
 
@@ -262,6 +264,18 @@ def judge_against_floor(b: Built, result: RunResult, tracker: Tracker) -> dict[s
                     metric, result.test[metric], kind, floor[metric])
         tracker.set_tags({"fedrun.below_floor": "true"})
     return {f"floor ({kind})": floor}
+
+
+def log_dataset(b: Built, tracker: Tracker) -> None:
+    """The data the run trained on, as the tracker's dataset input: name (with its variant), the digest of
+    its files, where it was read from, and the split's profile."""
+    dataset, split = b.plan.dataset, b.env.split
+    variant = getattr(dataset.config, "variant", None)
+    name = dataset.name + (f"/{variant}" if variant else "")
+    profile = {"users": split.n_users, "items": split.n_items, "train": len(split.train),
+               "valid": len(split.valid) if split.valid is not None else 0, "test": len(split.test),
+               "split": split.protocol, "split_seed": dataset.config.split.seed}
+    tracker.log_dataset(name, dataset.digest(), str(data_dir() / dataset.name), profile)
 
 
 def log_result_views(b: Built, result: RunResult, floor: dict[str, dict[str, float]], tracker: Tracker,

@@ -470,3 +470,15 @@ def test_a_run_logs_its_learning_curve_and_results_table():
     assert table["columns"][:2] == ["metric", "test"] and "floor" in table["columns"]
     row = next(r for r in table["data"] if r[0] == "ndcg_at_10")
     assert row[1] == pytest.approx(result.test["ndcg_at_10"])
+
+
+def test_a_run_records_its_dataset_as_an_input():
+    import json
+
+    run(["track=mlflow", "track.experiment=inputs"])
+    client = MlflowClient()
+    (record,) = client.search_runs([client.get_experiment_by_name("inputs").experiment_id])
+    (entry,) = record.inputs.dataset_inputs
+    assert entry.dataset.name == "synthetic" and entry.dataset.digest.startswith("synthetic-")
+    profile = json.loads(entry.dataset.profile)
+    assert profile["users"] == 60 and profile["test"] > 0 and profile["split"] == "loo"

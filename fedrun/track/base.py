@@ -41,6 +41,9 @@ class Tracker:
         """The recorded (step, value) series of these metrics (those the run logged); none by default."""
         return {}
 
+    def log_dataset(self, name: str, digest: str, source: str, profile: dict[str, Any]) -> None:
+        """The run's data as a dataset input (MLflow: the runs table's Dataset column and the run page)."""
+
     def log_table(self, columns: dict[str, list], name: str) -> None:
         """A results table the tracker can show as a table (MLflow's table artifact)."""
 

@@ -169,6 +169,19 @@ class Mlflow(Tracker):
                                                             key=lambda m: m.step)]
                     for key in keys if key in logged}
 
+    def log_dataset(self, name: str, digest: str, source: str, profile: dict[str, Any]) -> None:
+        if self._run_id is None:
+            return
+        import json
+
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        dataset = Dataset(name=name, digest=digest[:36], source_type="local", source=json.dumps({"uri": source}),
+                          profile=json.dumps(profile))
+        with store_call(self.uri, "recording the dataset"):
+            self.client.log_inputs(self._run_id, datasets=[
+                DatasetInput(dataset, tags=[InputTag(key="mlflow.data.context", value="training")])])
+
     def log_table(self, columns: dict[str, list], name: str) -> None:
         if self._run_id is None:
             return
