@@ -38,6 +38,7 @@ from fedrun.simulator.checkpoint import RunnerState
 from fedrun.simulator.loop import Interrupted, RunResult, run_loop
 from fedrun.simulator.signals import interrupts_ignored
 from fedrun.simulator.trainer import Trainer, trainer_for
+from fedrun.sweep import OVERRIDES
 from fedrun.sweep import marker as sweep_marker
 from fedrun.track.base import Tracker
 from fedrun.validate import check_run, check_selection
@@ -207,6 +208,9 @@ def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) ->
         params, tags = run_record(b, sweep, job)
         if resumed_run:
             tags["fedrun.resumed_from"] = resumed_run
+        parent = tracker.sweep_parent(experiment, sweep, sweep_overrides(sweep)) if sweep else None
+        if parent is not None:
+            tags["mlflow.parentRunId"] = parent
         tracker.start(experiment, b.label.replace(" ", " · "), params, tags)
     log_dataset(b, tracker)
     checkpoint_path = Path(sim.checkpoint_dir or job_dir()) / "checkpoint.pt"
@@ -331,6 +335,9 @@ def record_failure(cfg: DictConfig, err: Exception, sweep: str | None, job: int 
         tags = {f"fedrun.{g}": v for g, v in choices.items() if v}
         if sweep:
             tags.update({"fedrun.sweep": sweep, "fedrun.job": str(job)})
+            parent = tracker.sweep_parent(experiment, sweep, sweep_overrides(sweep))
+            if parent is not None:
+                tags["mlflow.parentRunId"] = parent
         params = config_params(cfg, resolve=False)
         tracker.start(experiment, " · ".join(f"{g}={choices[g]}" for g in ("method", "backbone", "dataset")),
                       params, tags)
@@ -355,6 +362,12 @@ def experiment_name(configured: Any, cfg: DictConfig, dataset: str) -> str:
         if name is not None and str(name) != "":
             return str(name)
     return dataset
+
+
+def sweep_overrides(sweep: str) -> list[str]:
+    """The overrides the sweep was started with (the command line of ``fedrun -m``, kept by ``StopOnSignal``)."""
+    recorded = Path(sweep) / OVERRIDES
+    return recorded.read_text().split() if recorded.exists() else []
 
 
 def job_dir() -> Path:

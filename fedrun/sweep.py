@@ -24,6 +24,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 STOP_MARKER = ".fedrun-stop"
+OVERRIDES = ".fedrun-overrides"  # the sweep's command line, for the sweep's own run (``sweep_parent``)
 
 
 def marker(sweep_dir: str | Path | None) -> Path | None:
@@ -53,6 +54,8 @@ class StopOnSignal(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = config.hydra.sweep.dir
+        Path(sweep_dir).mkdir(parents=True, exist_ok=True)
+        (Path(sweep_dir) / OVERRIDES).write_text(" ".join(config.hydra.overrides.task))
         if threading.current_thread() is not threading.main_thread():
             return
 
@@ -69,7 +72,14 @@ class StopOnSignal(Callback):
             signal.signal(sig, handler)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from fedrun.errors import FedrunError
+        from fedrun.track.mlflow import end_sweep_parents
+
         name = stop_requested(marker(config.hydra.sweep.dir))
+        try:
+            end_sweep_parents(config.hydra.sweep.dir, "FINISHED" if name is None else "KILLED")
+        except FedrunError as err:
+            print(f"fedrun: could not end the sweep's run: {err}", file=sys.stderr)
         if name is not None:
             print(f"fedrun: the sweep was stopped by {name}; resume a stopped job with its sim.resume path "
                   "(in its run's failure reason).", file=sys.stderr)

@@ -35,7 +35,7 @@ DEFAULT_METRICS = ["test_hr_at_10", "test_ndcg_at_10", "test_recall_at_20", "tes
 def collect(client, exp_id: str) -> pd.DataFrame:
     rows = []
     for run in client.search_runs([exp_id], max_results=50000):
-        if run.data.tags.get("fedrun.kind") == "report":
+        if run.data.tags.get("fedrun.kind") in ("report", "sweep"):  # a report's or a sweep's own record
             continue
         rows.append({"run_id": run.info.run_id, "status": run.info.status, "start_time": run.info.start_time,
                      "reason": run.data.tags.get("fedrun.failure_reason", ""),

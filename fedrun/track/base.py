@@ -15,6 +15,11 @@ class Tracker:
     def start(self, experiment: str, run_name: str, params: dict[str, Any], tags: dict[str, str]) -> None:
         pass
 
+    def sweep_parent(self, experiment: str, sweep_dir: str, overrides: list[str]) -> str | None:
+        """The id of the run that stands for the sweep in ``sweep_dir`` within ``experiment`` (created by the
+        first job that asks), so each job's run is recorded as its child; None where runs cannot nest."""
+        return None
+
     def resume(self, run_id: str) -> bool:
         """Reopen run ``run_id`` to continue it; False if this tracker cannot find it."""
         return False

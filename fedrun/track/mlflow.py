@@ -23,6 +23,7 @@ from typing import Any
 from fedrun.errors import ConfigError, FedrunError, check
 from fedrun.track.base import Tracker
 
+SWEEP_PARENTS = ".fedrun-parents.json"  # in a sweep's folder: its parent run per experiment
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 MAX_PARAMS = 100  # ... and of params
 CHECKPOINT_DIR = "checkpoint"
@@ -88,6 +89,27 @@ class Mlflow(Tracker):
             items = [Param(k, str(v)[:6000]) for k, v in params.items()]
             for start in range(0, len(items), MAX_PARAMS):
                 self.client.log_batch(self._run_id, params=items[start:start + MAX_PARAMS])
+
+    def sweep_parent(self, experiment: str, sweep_dir: str, overrides: list[str]) -> str | None:
+        """One parent run per (sweep folder, experiment), its id kept in ``<sweep>/.fedrun-parents.json`` under a
+        lock (parallel jobs start together). The parent holds the sweep's overrides; ``StopOnSignal`` ends it."""
+        import json
+
+        registry = Path(sweep_dir) / SWEEP_PARENTS
+        registry.parent.mkdir(parents=True, exist_ok=True)
+        with open(registry.with_suffix(".lock"), "w") as lock, store_call(self.uri, "creating the sweep's run"):
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            known = json.loads(registry.read_text()) if registry.exists() else {}
+            if experiment not in known:
+                client = self._client()
+                name = f"sweep {Path(sweep_dir).name}"
+                run = client.create_run(experiment_id(client, experiment), run_name=name,
+                                        tags={"mlflow.runName": name, "fedrun.kind": "sweep",
+                                              "fedrun.sweep": str(sweep_dir)})
+                client.log_param(run.info.run_id, "overrides", " ".join(overrides)[:6000])
+                known[experiment] = {"run_id": run.info.run_id, "uri": self.uri}
+                registry.write_text(json.dumps(known))
+            return known[experiment]["run_id"]
 
     @property
     def run_id(self) -> str | None:
@@ -236,6 +258,18 @@ def check_store(uri: str, field: str) -> None:
                 database.parent.mkdir(parents=True, exist_ok=True)  # where the store will be created anyway
             except OSError as err:
                 raise ConfigError(field, uri, f"a SQLite store in a folder this user can create ({err})") from None
+
+
+def end_sweep_parents(sweep_dir: str | Path, status: str) -> None:
+    """Mark the sweep's parent runs (one per experiment its jobs used) ``status`` (the Hydra parent, at the end)."""
+    import json
+
+    registry = Path(sweep_dir) / SWEEP_PARENTS
+    if not registry.exists():
+        return
+    for entry in json.loads(registry.read_text()).values():
+        with store_call(entry["uri"], "ending the sweep's run"):
+            open_client(entry["uri"]).set_terminated(entry["run_id"], status=status)
 
 
 def open_client(uri: str):

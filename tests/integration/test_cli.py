@@ -45,13 +45,23 @@ def test_run_prints_table_and_mlflow_link():
     assert "| ndcg_at_10" in result.stdout and "#/experiments/" in result.stdout
 
 
+def jobs_and_parent(client, experiment):
+    """The sweep's job runs and its parent run(s)."""
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    return ([r for r in runs if r.data.tags.get("fedrun.kind") != "sweep"],
+            [r for r in runs if r.data.tags.get("fedrun.kind") == "sweep"])
+
+
 def test_multirun_sweep_records_every_job_and_report_summarizes(tmp_path):
     result = fedrun("-m", *QUICK, "method=pop,fedavg", "sim.seed=1,2", "track.experiment=sweep")
     assert result.returncode == 0, result.stderr
     client = MlflowClient()
-    runs = client.search_runs([client.get_experiment_by_name("sweep").experiment_id])
+    runs, (parent,) = jobs_and_parent(client, "sweep")
     assert len(runs) == 4 and {r.info.status for r in runs} == {"FINISHED"}
     assert len({r.data.tags["fedrun.sweep"] for r in runs}) == 1
+    # the sweep is one parent run holding its command line, each job its child
+    assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {parent.info.run_id}
+    assert parent.info.status == "FINISHED" and "method=pop,fedavg" in parent.data.params["overrides"]
     report = subprocess.run([REPORT, "sweep", "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert report.returncode == 0, report.stderr
     assert "| fedavg" in report.stdout and "| pop" in report.stdout
@@ -62,8 +72,9 @@ def test_failed_job_in_a_sweep_does_not_stop_the_others():
     assert result.returncode == 0, result.stderr
     assert "sim.local_epochs=0 is not allowed" in result.stderr
     client = MlflowClient()
-    runs = client.search_runs([client.get_experiment_by_name("sweep2").experiment_id])
+    runs, (parent,) = jobs_and_parent(client, "sweep2")
     assert sorted(r.info.status for r in runs) == ["FAILED", "FINISHED"]
+    assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {parent.info.run_id}  # the failed job too
     (failed,) = [r for r in runs if r.info.status == "FAILED"]
     assert "sim.local_epochs=0 is not allowed" in failed.data.tags["fedrun.failure_reason"]
 
@@ -73,5 +84,6 @@ def test_parallel_joblib_jobs_share_one_sqlite_store():
                     "sim.seed=1,2,3", "track.experiment=parallel")
     assert result.returncode == 0, result.stderr
     client = MlflowClient()
-    runs = client.search_runs([client.get_experiment_by_name("parallel").experiment_id])
+    runs, (parent,) = jobs_and_parent(client, "parallel")  # one parent, though three jobs started together
     assert len(runs) == 6 and {r.info.status for r in runs} == {"FINISHED"}
+    assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {parent.info.run_id}

@@ -129,7 +129,10 @@ def test_a_stopped_sweep_leaves_no_run_unrecorded(store, tmp_path, launcher):
     assert process.returncode == 143, stderr
     assert "Traceback" not in stderr
     client = MlflowClient(store)
-    runs = client.search_runs([client.get_experiment_by_name(f"sweep-{launcher}").experiment_id])
+    every = client.search_runs([client.get_experiment_by_name(f"sweep-{launcher}").experiment_id])
+    runs = [r for r in every if r.data.tags.get("fedrun.kind") != "sweep"]
+    (parent,) = [r for r in every if r.data.tags.get("fedrun.kind") == "sweep"]
+    assert parent.info.status == "KILLED"  # the sweep's own run ends as its jobs did
     assert runs and all(r.info.status == "KILLED" for r in runs), [r.info.status for r in runs]
     assert all("sim.resume=" in r.data.tags["fedrun.failure_reason"] for r in runs)
     assert len(runs) < 4  # the queued jobs were skipped, not run
