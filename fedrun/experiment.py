@@ -25,11 +25,11 @@ from fedrun.dataset.base import Dataset
 from fedrun.defense.base import Defense
 from fedrun.errors import ConfigError, FedrunError
 from fedrun.eval.base import Evaluator
-from fedrun.eval.floor import at_or_below, compared_metric, floor_metrics
+from fedrun.eval.floor import at_or_below, floor_metrics
 from fedrun.method.base import Method
 from fedrun.method.pop import Pop
 from fedrun.privacy.base import Privacy
-from fedrun.report.curves import curve_keys, learning_curve
+from fedrun.report.curves import learning_curve
 from fedrun.report.table import metrics_table
 from fedrun.sim.config import SimConfig
 from fedrun.sim.env import RunEnv
@@ -261,8 +261,8 @@ def judge_against_floor(b: Built, result: RunResult, tracker: Tracker) -> dict[s
     floor = floor_metrics(b.evaluator, b.env)
     tracker.log_metrics({f"floor_{k}": v for k, v in floor.items()}, step=result.rounds)
     kind = "user + item bias" if b.evaluator.rating else "popularity"
-    metric = compared_metric(result.test, floor, b.evaluator.monitor)
-    if metric is not None and at_or_below(result.test, floor, metric):
+    metric = b.evaluator.monitor  # checked before the run to be one of the evaluator's metrics
+    if at_or_below(result.test, floor, metric):
         log.warning("test %s %.4f is at or below the %s floor %.4f of this split and protocol: the run learned "
                     "nothing a count could not (a bug, too few rounds or a bad default, never a result)",
                     metric, result.test[metric], kind, floor[metric])
@@ -291,11 +291,8 @@ def log_result_views(b: Built, result: RunResult, floor: dict[str, dict[str, flo
     names = list(result.test)
     tracker.log_table({"metric": names, **{part: [values.get(n) for n in names] for part, values in parts.items()}},
                       "results.json")
-    monitor = compared_metric(result.test, result.test, b.evaluator.monitor)
-    if monitor is None:
-        return
-    history = tracker.metric_history(curve_keys(["train_loss", *(f"{p}_{monitor}" for p in ("valid", "test", "floor"))],
-                                                monitor))
+    monitor = b.evaluator.monitor
+    history = tracker.metric_history(["train_loss", *(f"{part}_{monitor}" for part in ("valid", "test", "floor"))])
     figure = learning_curve(history, out / "learning_curve.png", b.label, monitor)
     if figure is not None:
         tracker.log_artifact(figure)

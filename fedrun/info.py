@@ -30,8 +30,7 @@ def options(group: str) -> list[str]:
 
 
 def target_of(group: str, option: str) -> str | None:
-    node = OmegaConf.load(Path(config_dir()) / group / f"{option}.yaml")
-    return node.get("_target_") if isinstance(node, dict) or OmegaConf.is_dict(node) else None
+    return OmegaConf.load(Path(config_dir()) / group / f"{option}.yaml").get("_target_")
 
 
 def docstring(target: str | None) -> str:

@@ -22,6 +22,7 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
+from unittest import mock
 
 from omegaconf import OmegaConf
 
@@ -115,13 +116,8 @@ def data_failures(source: Path) -> list[str]:
             with tempfile.TemporaryDirectory() as root:
                 shutil.copytree(source / "steam", Path(root) / "steam")
                 damage(Path(root) / "steam" / name)
-                saved = {k: os.environ.get(k) for k in ("FEDRUN_DATA_DIR", "FEDRUN_CACHE_DIR")}
-                os.environ.update(FEDRUN_DATA_DIR=root, FEDRUN_CACHE_DIR=str(Path(root) / "cache"))
-                try:
+                with mock.patch.dict(os.environ, FEDRUN_DATA_DIR=root, FEDRUN_CACHE_DIR=str(Path(root) / "cache")):
                     result, detail = outcome(["dataset=steam", "track=none", "sim.progress=false"])
-                finally:
-                    for key, value in saved.items():
-                        os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
             rows.append(f"| steam/{name} | {case} | {result} | {detail[:200]} |")
     return rows
 

@@ -12,6 +12,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from fedrun.core.paths import cache_dir
 from fedrun.data import filtering, splits
 from fedrun.data.files import DataFile, digest, resolve
 from fedrun.data.interactions import Interactions
@@ -158,7 +159,7 @@ def _dedup(data: Interactions) -> Interactions:
 
 
 def _cache_path(name: str, key: str) -> Path:
-    root = Path(os.environ.get("FEDRUN_CACHE_DIR", Path.home() / ".cache" / "fedrun" / "parsed")).expanduser()
+    root = cache_dir()
     tag = hashlib.sha256((key + CACHE_VERSION).encode()).hexdigest()[:16]
     return root / f"{name}-{tag}.npz"
 

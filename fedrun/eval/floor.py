@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 import torch
 
+from fedrun.core.paths import cache_dir
 from fedrun.data.splits import Split
 from fedrun.eval.base import Evaluator
 from fedrun.eval.metrics import RATING_METRICS
@@ -63,14 +62,9 @@ def floor_key(split: Split, evaluator: Evaluator) -> str:
     return digest.hexdigest()[:24]
 
 
-def _cache_file(key: str) -> Path:
-    root = Path(os.environ.get("FEDRUN_CACHE_DIR", Path.home() / ".cache" / "fedrun" / "parsed")).expanduser()
-    return root / f"floor-{key}.json"
-
-
 def floor_metrics(evaluator: Evaluator, env: RunEnv) -> dict[str, float]:
     """The floor's test metrics under ``evaluator``'s protocol (no attack exposure), from the cache if there."""
-    path = _cache_file(floor_key(env.split, evaluator))
+    path = cache_dir() / f"floor-{floor_key(env.split, evaluator)}.json"
     if path.exists():
         try:
             return {k: float(v) for k, v in json.loads(path.read_text()).items()}
@@ -84,13 +78,6 @@ def floor_metrics(evaluator: Evaluator, env: RunEnv) -> dict[str, float]:
     except OSError:
         pass  # a cache that cannot be written only costs a recomputation
     return metrics
-
-
-def compared_metric(test: dict[str, float], floor: dict[str, float], monitor: str) -> str | None:
-    """The metric a run is judged on against the floor: the monitored one, else the first both report."""
-    if monitor in test and monitor in floor:
-        return monitor
-    return next((name for name in test if name in floor), None)
 
 
 def at_or_below(test: dict[str, float], floor: dict[str, float], metric: str) -> bool:

@@ -8,13 +8,6 @@ from pathlib import Path
 History = dict[str, list[tuple[int, float]]]  # metric → [(step, value)]
 
 
-def curve_keys(history_names: list[str], monitor: str) -> list[str]:
-    """The curves worth drawing: the training loss, the monitored metric on validation and test, and the
-    floor of that metric (a horizontal line)."""
-    wanted = ["train_loss", f"valid_{monitor}", f"test_{monitor}", f"floor_{monitor}"]
-    return [k for k in wanted if k in history_names]
-
-
 def learning_curve(history: History, path: Path, title: str, monitor: str) -> Path | None:
     """Write the PNG: left the training loss per round, right the monitored metric per evaluation with
     the floor as a dashed line. None when there is nothing to draw (a run of zero rounds)."""
