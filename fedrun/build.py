@@ -108,6 +108,10 @@ def check_combination(method_cls: type, method_config: Any, backbone: Any, priva
         return choices.get(group) or type(component).__name__
 
     method = f"method={name('method', method_cls)}"
+    if backbone.user_context == "graph":
+        check(method_cls.graph_backbones, "backbone", name("backbone", backbone),
+              f"a backbone without a graph for {method}: it has no propagation step (graph backbones run with "
+              "method=central or fedavg)")
     if not issubclass(method_cls, FederatedMethod):
         why = "it trains centrally: no clients upload, so there is nothing to protect, attack or aggregate"
         for group, component, active in (("privacy", privacy, privacy.active), ("attack", attack, attack.active),
@@ -132,7 +136,11 @@ def check_combination(method_cls: type, method_config: Any, backbone: Any, priva
     check(not missing, "attack", name("attack", attack),
           f"an attack that needs no {', '.join(missing)} for {method}: the method offers a malicious client "
           f"{', '.join(sorted(method_cls.offers(method_config)))} only")
+    graph = backbone.user_context == "graph"  # clients share embeddings for neighbour expansion (sim.ego)
+    check(not (graph and attack.active), "attack", name("attack", attack),
+          f"attack=none with {name('backbone', backbone)}: malicious clients have no ego graph in the neighbour "
+          "expansion (attacks run with ID backbones)")
     protected = list(privacy.targets)
-    check("user_embedding" not in protected or method_cls.shares_embeddings(method_config), "privacy.targets",
+    check("user_embedding" not in protected or graph or method_cls.shares_embeddings(method_config), "privacy.targets",
           protected, f"[item_rows] for {method} with these settings: it uploads no user embedding, so the "
           "mechanism would protect nothing")

@@ -101,6 +101,16 @@ class EmbeddingUploads:
 
 
 @dataclass(frozen=True)
+class ItemIdUploads:
+    """The item ids clients hold, encrypted with one key shared by all clients (FedGNN's neighbour
+    expansion, ``fedrun.sim.ego``): the matching party can match equal ids across users but not
+    read them. The simulation passes the ids themselves — a bijection changes no match."""
+
+    users: torch.Tensor  # [N] the uploading client of each id
+    items: torch.Tensor  # [N] (encrypted) item ids
+
+
+@dataclass(frozen=True)
 class Aggregate:
     """The server's view after aggregation: one delta per touched item row and per dense weight."""
 

@@ -26,6 +26,7 @@ class RoundStats:
 
 class Method:
     Config: ClassVar[type]
+    graph_backbones: ClassVar[bool] = False  # trains graph backbones (LightGCN): propagation over a graph
 
     def __init__(self, config: Any, env: RunEnv):
         self.config = config

@@ -20,6 +20,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
+from fedrun.backbone.lightgcn import BipartiteGraph
 from fedrun.backbone.losses import example_sq_norms, per_client_loss
 from fedrun.backbone.sequential import score_pairs, user_queries
 from fedrun.core.seeding import derive_seed, generator
@@ -46,6 +47,7 @@ class CentralConfig:
 
 class Central(Method):
     Config = CentralConfig
+    graph_backbones = True  # LightGCN: the whole training graph propagated per mini-batch
 
     def __init__(self, config: CentralConfig, env: RunEnv):
         super().__init__(config, env)
@@ -59,11 +61,14 @@ class Central(Method):
         self.pair_user = torch.repeat_interleave(torch.arange(store.n_users, device=env.device), store.sizes())
         self.pair_item, self.pair_rating = store.items, store.ratings
         self._positive_keys = store.sorted_keys()
+        self.graph = BipartiteGraph.from_store(store) if env.backbone.user_context == "graph" else None
+        self._tables: tuple[torch.Tensor, torch.Tensor] | None = None  # propagated tables of the current model
 
     def rounds_per_epoch(self) -> int:
         return 1
 
     def train_round(self, round_index: int) -> RoundStats:
+        self._tables = None
         if self.env.backbone.sequential:
             return self.train_sequences(round_index)
         env, n_pairs = self.env, self.pair_user.numel()
@@ -79,13 +84,17 @@ class Central(Method):
                                              draw_ids=rows)  # keyed by the training pair
                 candidates = torch.cat([candidates, negatives], 1)  # [N, 1 + n]
             user_rows, vectors = self.user_rows(users), self.item[candidates]  # [N, du], [N, 1 + n, di]
+            raw = user_rows, vectors  # the parameters the examples use (L2 acts on them)
+            if self.graph is not None:  # LightGCN: the whole graph propagated for every mini-batch
+                user_table, item_table = self.graph.propagate(self.user, self.item, env.backbone.config.layers)
+                user_rows, vectors = user_table[users], item_table[candidates]
             scores = env.backbone.score(user_rows, vectors, self.net) + self.offsets(users, candidates)  # [N, 1 + n]
             neg = scores[:, 1:].unsqueeze(1) if self.num_negatives else None
             ratings = None if self.pair_rating is None else self.pair_rating[rows].unsqueeze(1)
             mask = torch.ones_like(items, dtype=torch.bool).unsqueeze(1)
             l2 = env.backbone.config.l2
             loss = per_client_loss(env.backbone.config.loss, scores[:, :1], neg, mask, ratings, l2,
-                                   example_sq_norms(user_rows, vectors, 1) if l2 else None).mean()
+                                   example_sq_norms(*raw, 1) if l2 else None).mean()
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()
@@ -137,6 +146,7 @@ class Central(Method):
         return {"user": self.user, "item": self.item, "net": self.net, "optimizer": self.optimizer.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
+        self._tables = None
         with torch.no_grad():
             self.user.copy_(state["user"])
             self.item.copy_(state["item"])
@@ -145,11 +155,22 @@ class Central(Method):
         self.optimizer.load_state_dict(state["optimizer"])
 
     @torch.no_grad()
+    def ranking_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The user and item tables the model scores with: the parameters, or LightGCN's propagated ones."""
+        if self.graph is None:
+            return self.user, self.item
+        if self._tables is None:  # once per model state, not per evaluation chunk
+            self._tables = self.graph.propagate(self.user, self.item, self.env.backbone.config.layers)
+        return self._tables
+
+    @torch.no_grad()
     def score_users(self, users: torch.Tensor, history: Sequence[ClientStore] = ()) -> torch.Tensor:
-        queries = user_queries(self.env.backbone, self.user, history, users, self.item, self.net)
-        return self.env.backbone.score_full(queries, self.item, self.net)
+        user, item = self.ranking_tables()
+        queries = user_queries(self.env.backbone, user, history, users, item, self.net)
+        return self.env.backbone.score_full(queries, item, self.net)
 
     @torch.no_grad()
     def score_pairs(self, users: torch.Tensor, items: torch.Tensor,
                     history: Sequence[ClientStore] = ()) -> torch.Tensor:
-        return score_pairs(self.env.backbone, self.user, history, users, items, self.item, self.net)
+        user, item = self.ranking_tables()
+        return score_pairs(self.env.backbone, user, history, users, items, item, self.net)

@@ -185,6 +185,7 @@ def draw_synthetic_items(popularity: torch.Tensor, n_users: int, n_items: int, s
 
 class CL4FedRec(FedAvg):
     Config = CL4FedRecConfig
+    graph_backbones = False  # its views and synthetic users are defined on ID embeddings
     has_fedsgd_path = False
 
     def __init__(self, config: CL4FedRecConfig, env):

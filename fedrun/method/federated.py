@@ -34,8 +34,9 @@ from fedrun.privacy.base import Privacy
 from fedrun.sim.batching import LocalProblem, local_problem
 from fedrun.sim.env import RunEnv
 from fedrun.sim.guards import UploadSchema
-from fedrun.sim.local import problem_loss, train_local
+from fedrun.sim.local import LocalResult, problem_loss, train_local
 from fedrun.sim.rows import LOCAL, RowReducer
+from fedrun.sim.sampling import ClientSampler
 from fedrun.types import Aggregate, ClientBatch, RoundContext, Uploads
 
 
@@ -195,17 +196,31 @@ class FederatedMethod(Method):
     def local_step(self, problem: LocalProblem, user0: torch.Tensor) -> ClientResult:
         """The default client step from the clients' private rows ``user0`` [B, du]."""
         users = problem.batch.users
-        item0 = self.public.item[problem.items]  # [B, Lu, di]
+        item0 = self.download_rows(problem)  # [B, Lu, di]
 
         def loss_fn(user, item, net):
             return self.local_loss(problem, user, item, net)
 
         result = train_local(self.env.backbone, problem, user0, item0, self.public.net,
                              self.config.optimizer, self.env.sim.local_epochs, loss_fn)
+        self.keep_local(problem, item0, result)
         client, slot = problem.item_mask.nonzero(as_tuple=True)  # [R], [R]
         uploads = Uploads(users.numel(), client, problem.items[client, slot], result.item_delta[client, slot],
                           result.net_delta, problem.weight)
         return ClientResult(uploads, result.user, result.loss)
+
+    def download_rows(self, problem: LocalProblem) -> torch.Tensor:
+        """The item rows [B, Lu, di] the bucket's clients start local training from: the public model's
+        (PerFedRec: its cluster's model)."""
+        return self.public.item[problem.items]
+
+    def keep_local(self, problem: LocalProblem, item0: torch.Tensor, result: LocalResult) -> None:
+        """Client side, after local training: what the clients keep of their local models (PerFedRec's
+        local predictor); nothing by default."""
+
+    def round_users(self, sampler: ClientSampler, round_index: int) -> torch.Tensor:
+        """[B] the round's clients (PerFedRec: cluster-proportional); the sampler's by default."""
+        return sampler.users(round_index)
 
     def client_protocol(self, uploads: Uploads, results: list[ClientResult],
                         ctx: RoundContext) -> tuple[Uploads, dict[str, float]]:
@@ -304,12 +319,18 @@ class FederatedMethod(Method):
         seed = self.negative_seed(round_index)
         out = []
         for _, batch in env.client_batches(users, 1 + self.num_negatives):
+            batch = self.prepare_batch(batch, round_index)
             negatives = None
             if self.num_negatives:
                 negatives = sample_batch_negatives(batch.users, batch.pos, batch.pos_mask, self.num_negatives,
                                                    env.n_items, seed)
             out.append(local_problem(batch, negatives, env.n_items))
         return out
+
+    def prepare_batch(self, batch: ClientBatch, round_index: int) -> ClientBatch:
+        """What the clients do to their own pairs before the round's training (FedGNN's pseudo items,
+        PerFedRec++'s masking: ``fedrun.sim.pseudo``); the pairs as they are by default."""
+        return batch
 
     def negative_seed(self, round_index: int) -> int:
         """The seed of round ``round_index``'s negatives (keyed per client and position under it)."""

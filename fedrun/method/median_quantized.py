@@ -44,6 +44,7 @@ def quantize(factors: torch.Tensor, cut: str = "median") -> torch.Tensor:
 
 class MedianQuantized(Central):
     Config = MedianQuantizedConfig
+    graph_backbones = False
 
     def __init__(self, config: CentralConfig, env):
         if not isinstance(env.backbone, MF):

@@ -28,6 +28,7 @@ from fedrun.method.rating_scale import require_rating_model
 
 class SVDpp(Central):
     Config = CentralConfig
+    graph_backbones = False
 
     def __init__(self, config: CentralConfig, env):
         require_rating_model(env, "svdpp")

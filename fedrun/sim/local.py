@@ -60,18 +60,25 @@ def slot_rows(item_table: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
 def problem_loss(backbone: Backbone, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
                  net: dict[str, torch.Tensor], reduction: str = "mean", l2: float | None = None) -> torch.Tensor:
     """Per-client loss [B] of each client's examples (their mean, or ``reduction="sum"``), scored with its
-    local item table, with the backbone's per-example L2 (``l2`` overrides its weight).
+    local item table, with the backbone's per-example L2 (``l2`` overrides its weight) on the parameters
+    the examples use. A problem with an ``encode(user, item_table)`` (``fedrun.sim.ego.GraphProblem``)
+    scores the representations it returns instead (LightGCN over the clients' ego graphs).
 
     user [B, du]; item_table [B, Lu, di] (each client's own copies); net shared or [B, *shape].
     """
-    B, Lu, di = item_table.shape
     P = problem.pos_slot.shape[1]
-    vectors = slot_rows(item_table, example_slots(problem))  # [B, S, di]
+    slots = example_slots(problem)
+    vectors = raw = slot_rows(item_table, slots)  # [B, S, di]
+    user_raw = user
+    encode = getattr(problem, "encode", None)
+    if encode is not None:  # graph backbones: score the rows propagated over the clients' ego graphs
+        user, item_rep = encode(user, item_table)  # [B, du], [B, Lu, di]
+        vectors = slot_rows(item_rep, slots)
     scores = backbone.score(user, vectors, net)  # [B, S]
     neg = None if problem.neg_slot is None else scores[:, P:].reshape(problem.neg_slot.shape)
     l2 = backbone.config.l2 if l2 is None else l2
     return per_client_loss(backbone.config.loss, scores[:, :P], neg, problem.batch.pos_mask, problem.batch.ratings,
-                           l2, example_sq_norms(user, vectors, P) if l2 else None, reduction)
+                           l2, example_sq_norms(user_raw, raw, P) if l2 else None, reduction)
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ class FederatedRound:
     def train_round(self, round_index: int) -> RoundStats:
         method = self.method
         # 1. sample clients
-        users = self.sampler.users(round_index)  # [B]
+        users = method.round_users(self.sampler, round_index)  # [B]
         per_epoch = self.rounds_per_epoch()
         ctx = RoundContext(round_index, round_index // per_epoch, int(users.numel()),
                            last_of_epoch=(round_index + 1) % per_epoch == 0)

@@ -1,0 +1,194 @@
+"""PerFedRec (Luo et al., CIKM 2022) as PerFedRec++ states it (Luo et al., TIST 2024, §4.2–4.3,
+Algorithm 1 without the pre-training stage), on LightGCN over the clients' ego graphs.
+
+Per round:
+  1. selection (§4.3.2): once users are clustered, each cluster contributes clients in
+     proportion to its size (``fedrun.sim.clusters``); uniform before;
+  2. the clients refresh their shared embeddings and expand their ego graphs (FedGNN, §4.2.2);
+     the server refits k-means on the shared embeddings every ``recluster_every`` rounds
+     (§4.3.1) from round ``cluster_from`` on;
+  3. each client starts from its cluster's model, replaces ``pseudo_share`` of its pairs with
+     pseudo items, masks ``mask_share`` (PerFedRec++), trains, uploads the deltas (privacy: the
+     run's LDP, Eq. 10);
+  4. the server aggregates all uploads into the global model and each cluster's into its
+     cluster model (Eq. 11, through the run's defense).
+
+Prediction (Eq. 6): ŷ_n,i = α1·ŷ^local + α2·ŷ^cluster + α3·ŷ^global, the models combined through
+their predictions, as the authors' code does (Eq. 6 writes the parameters; for LightGCN,
+whose forward is not linear in them, the scores are what can be mixed without one propagation
+per user):
+  - ŷ^global: LightGCN on the union of the local graphs with the global item table and the
+    clients' rows; ŷ^cluster: the same with the client's cluster's table;
+  - ŷ^local: the client's representation in its own ego graph at the end of its last local
+    training (kept on the client), scored against its cluster model's item representations.
+    fedrun's clients keep no item rows between rounds, so their local model differs from the
+    cluster model in the user representation only (the authors' code keeps each client's
+    whole model's scores on its test candidates);
+  - a term a client does not have yet (no local training, no clusters) is left out and the
+    remaining α renormalised (the code: the mean of the others).
+
+Open points and their resolution: the global model takes the mean of the deltas of every
+client (which started from their cluster models); the cluster models' tables are updated with
+the plain sum of their aggregate (server lr 1); the paper's aggregation weights D_n / Σ D_j
+are the defense's ``weighting=data_size`` (the code weighs by cluster size).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from fedrun.defense.base import Defense
+from fedrun.errors import check, check_choice, check_positive
+from fedrun.method.federated import Exchange, Needs
+from fedrun.method.fedgnn import FedGNN, FedGNNConfig
+from fedrun.privacy.base import Privacy
+from fedrun.sim.batching import LocalProblem
+from fedrun.sim.clusters import ClusterModels
+from fedrun.sim.local import LocalResult
+from fedrun.sim.sampling import ClientSampler
+from fedrun.types import Aggregate, RoundContext, Uploads
+
+
+@dataclass
+class PerFedRecConfig(FedGNNConfig):
+    clusters: int = 5  # C, k-means clusters (the authors' code: 5)
+    alpha: list[float] = field(default_factory=lambda: [1.0, 1.0, 1.0])  # local, cluster, global (normalised)
+    selection: str = "cluster"  # cluster: clients in proportion to cluster sizes | uniform
+    cluster_from: int = 1  # first round with clusters (the code: after the first)
+    recluster_every: int = 1  # rounds between k-means refits (the paper: every iteration)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.clusters >= 1, "clusters", self.clusters, "an integer >= 1")
+        check(len(self.alpha) == 3 and all(a >= 0 for a in self.alpha) and sum(self.alpha) > 0, "alpha",
+              list(self.alpha), "three weights >= 0 (local, cluster, global), not all 0")
+        check_choice("selection", self.selection, ("cluster", "uniform"))
+        check(self.cluster_from >= 0, "cluster_from", self.cluster_from, "an integer >= 0")
+        check_positive("recluster_every", self.recluster_every)
+
+
+class PerFedRec(FedGNN):
+    Config = PerFedRecConfig
+
+    def __init__(self, config: PerFedRecConfig, env):
+        super().__init__(config, env)
+        n_clients = int(self.round_clients().numel())
+        check(config.clusters <= n_clients, "method.clusters", config.clusters,
+              f"at most the {n_clients} clients with training data")
+        self.clusters = ClusterModels(config.clusters, env.sim.seed)
+        self.local_user = torch.zeros_like(self.private.user)  # client side: the local model's representation
+        self.has_local = torch.zeros(env.n_users, dtype=torch.bool, device=env.device)
+        self._pending: list[Aggregate | None] | None = None
+
+    @classmethod
+    def needs(cls, config: PerFedRecConfig) -> Needs:
+        why = "its cluster models take the aggregate of each cluster's members, which fabricated clients are not"
+        return Needs(no_attack=why, user_contexts=frozenset({"graph"}))
+
+    # -- the round ---------------------------------------------------------------------------------
+    def round_users(self, sampler: ClientSampler, round_index: int) -> torch.Tensor:
+        if self.config.selection == "cluster" and self.clusters.ready:
+            return self.clusters.select(sampler.clients, sampler.per_round, round_index)
+        return sampler.users(round_index)
+
+    def exchange(self, users: torch.Tensor, round_index: int, privacy: Privacy) -> Exchange:
+        exchange = super().exchange(users, round_index, privacy)
+        config = self.config
+        if round_index >= config.cluster_from and (round_index - config.cluster_from) % config.recluster_every == 0:
+            self.clusters.fit(self.ego.directory.shared, self.round_clients(), self.public.item, round_index)
+        if not self.clusters.ready:
+            return exchange
+        sizes = self.clusters.sizes(self.round_clients()).float()
+        metrics = {"cluster_size_min": float(sizes.min()), "cluster_size_max": float(sizes.max())}
+        return Exchange(exchange.sent, exchange.bytes_up, exchange.bytes_down, {**exchange.metrics, **metrics})
+
+    def download_rows(self, problem: LocalProblem) -> torch.Tensor:
+        if not self.clusters.ready:
+            return super().download_rows(problem)
+        cluster = self.clusters.labels[problem.batch.users]  # [B]
+        return self.clusters.tables[cluster.unsqueeze(1), problem.items]  # [B, Lu, di]
+
+    @torch.no_grad()
+    def keep_local(self, problem: LocalProblem, item0: torch.Tensor, result: LocalResult) -> None:
+        users = problem.batch.users
+        self.local_user[users] = problem.encode(result.user, item0 + result.item_delta)[0]
+        self.has_local[users] = True
+
+    def aggregate_uploads(self, uploads: Uploads, senders: torch.Tensor, defense: Defense,
+                          ctx: RoundContext) -> Aggregate | None:
+        """The global aggregate of every upload, and each cluster's of its members' (applied in ``server_step``)."""
+        if not self.clusters.ready:
+            return None
+        self._pending = self.clusters.aggregate(uploads, senders, lambda part: defense.aggregate(part, ctx))
+        return defense.aggregate(uploads, ctx)
+
+    def server_step(self, aggregate: Aggregate, ctx: RoundContext) -> dict[str, float]:
+        metrics = super().server_step(aggregate, ctx)
+        if self._pending is not None:
+            self.clusters.step(self._pending, lr=1.0)
+            self._pending = None
+        return metrics
+
+    def fedsgd_exact(self) -> bool:
+        return False  # clients start from their cluster's rows
+
+    # -- prediction (Eq. 6) ------------------------------------------------------------------------
+    def prepare_ranking(self) -> None:
+        super().prepare_ranking()  # the global model's tables
+        layers = self.env.backbone.config.layers
+        self._cluster_tables = [] if not self.clusters.ready else [
+            self.graph.propagate(self.private.user, table, layers) for table in self.clusters.tables]
+
+    def mixture(self, users: torch.Tensor) -> torch.Tensor:
+        """[U, 3] the normalised α of (local, cluster, global) each user has."""
+        alpha = torch.tensor(self.config.alpha, dtype=torch.float32, device=users.device)
+        have = torch.stack([self.has_local[users], torch.full_like(users, self.clusters.ready, dtype=torch.bool),
+                            torch.ones_like(users, dtype=torch.bool)], 1)
+        weights = alpha * have
+        return weights / weights.sum(1, keepdim=True)
+
+    @torch.no_grad()
+    def score_users(self, users: torch.Tensor, history=()) -> torch.Tensor:
+        return self._score(users, None)
+
+    @torch.no_grad()
+    def score_pairs(self, users: torch.Tensor, items: torch.Tensor, history=()) -> torch.Tensor:
+        return self._score(users, items)
+
+    def _score(self, users: torch.Tensor, items: torch.Tensor | None) -> torch.Tensor:
+        """Scores [U, I] (or [U] for the pairs ``items``) of Eq. 6's mixture."""
+        self.ensure_prepared()
+        w = self.mixture(users)  # [U, 3]
+        user_g, item_g = self._tables
+
+        def score(user_rows: torch.Tensor, item_table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+            if items is None:
+                return user_rows @ item_table.T
+            return (user_rows * item_table[items[rows]]).sum(1)
+
+        everyone = torch.arange(users.numel(), device=users.device)
+        out = score(w[:, 2:3] * user_g[users], item_g, everyone)  # (weights fold into the queries: linear)
+        local = w[:, 0:1] * self.local_user[users]
+        if not self.clusters.ready:  # the local representation against the global model's items
+            return out + score(local, item_g, everyone)
+        cluster = self.clusters.labels[users]
+        for k, (user_k, item_k) in enumerate(self._cluster_tables):
+            rows = (cluster == k).nonzero().squeeze(1)
+            if rows.numel():
+                query = w[rows, 1:2] * user_k[users[rows]] + local[rows]  # [n, d]
+                out[rows] += score(query, item_k, rows)
+        return out
+
+    # -- state -----------------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "clusters": self.clusters.state_dict(), "local_user": self.local_user,
+                "has_local": self.has_local}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.clusters.load_state_dict(state["clusters"])
+        with torch.no_grad():
+            self.local_user.copy_(state["local_user"])
+            self.has_local.copy_(state["has_local"])

@@ -1,0 +1,347 @@
+"""LightGCN: the global propagation, the clients' ego graphs, federated rounds against the loop oracle."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fedrun.backbone.lightgcn import BipartiteGraph, propagate_edges
+from fedrun.data.client_store import ClientStore
+from fedrun.errors import ConfigError
+from fedrun.sim.ego import EgoGraphs, NeighborDirectory
+from fedrun.types import EmbeddingUploads, ItemIdUploads
+from tests.conftest import make_method, round_of
+from tests.oracle.ego_loop import ego_fedavg_round
+
+
+def random_graph(n_users=14, n_items=18, density=0.3, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    interactions = torch.rand(n_users, n_items, generator=gen) < density
+    interactions[torch.arange(n_users), torch.arange(n_users) % n_items] = True  # every user holds an item
+    users, items = interactions.nonzero(as_tuple=True)
+    indptr = torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(users, minlength=n_users).cumsum(0)])
+    return interactions, ClientStore(indptr, items, None, n_items)
+
+
+def dense_lightgcn(interactions, user, item, layers):
+    """LightGCN written out: Â = D^-½ A D^-½ over [users; items], layer mean of Â^k E."""
+    U, n_items = interactions.shape
+    adjacency = torch.zeros(U + n_items, U + n_items)
+    adjacency[:U, U:], adjacency[U:, :U] = interactions.float(), interactions.T.float()
+    degree = adjacency.sum(1).clamp_min(1)
+    norm = adjacency / degree.sqrt()[:, None] / degree.sqrt()[None, :]
+    x = out = torch.cat([user, item])
+    for _ in range(layers):
+        x = norm @ x
+        out = out + x
+    out = out / (layers + 1)
+    return out[:U], out[U:]
+
+
+def directory_of(interactions, store, shared):
+    users, items = interactions.nonzero(as_tuple=True)
+    return NeighborDirectory(ItemIdUploads(users, items), store.n_users, store.n_items,
+                             EmbeddingUploads(torch.arange(store.n_users), shared))
+
+
+@pytest.mark.parametrize("layers", [0, 1, 2, 3])
+def test_sparse_propagation_equals_dense_lightgcn(layers):
+    interactions, store = random_graph()
+    user, item = torch.randn(store.n_users, 5), torch.randn(store.n_items, 5)
+    got_user, got_item = BipartiteGraph.from_store(store).propagate(user, item, layers)
+    want_user, want_item = dense_lightgcn(interactions, user, item, layers)
+    torch.testing.assert_close(got_user, want_user, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got_item, want_item, rtol=1e-5, atol=1e-6)
+
+
+def test_edge_list_propagation_equals_sparse_and_is_differentiable():
+    interactions, store = random_graph()
+    graph = BipartiteGraph.from_store(store)
+    user = torch.randn(store.n_users, 4, requires_grad=True)
+    item = torch.randn(store.n_items, 4, requires_grad=True)
+    users, items = interactions.nonzero(as_tuple=True)
+    w = (graph.user_degree[users] * graph.item_degree[items]).float().rsqrt()
+    src = torch.cat([users, store.n_users + items])
+    dst = torch.cat([store.n_users + items, users])
+    out = propagate_edges(torch.cat([user, item]), src, dst, torch.cat([w, w]), 3)
+    want_user, want_item = graph.propagate(user, item, 3)
+    torch.testing.assert_close(out[:store.n_users], want_user)
+    (out.sum() - want_user.sum() - want_item.sum()).backward()
+    assert user.grad.abs().max() < 1e-5 and item.grad.abs().max() < 1e-5
+
+
+def client_tables(store, clients, extra_items=None):
+    """The clients' local tables: their training items (linked) plus ``extra_items`` [B, n] (not linked)."""
+    pos, mask, _ = store.gather(clients)
+    if extra_items is None:
+        return pos, mask, mask.clone()
+    items = torch.cat([pos, extra_items], 1)
+    item_mask = torch.cat([mask, torch.ones_like(extra_items, dtype=torch.bool)], 1)
+    linked = torch.cat([mask, torch.zeros_like(extra_items, dtype=torch.bool)], 1)
+    return items, item_mask, linked
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_ego_graph_holds_the_clients_two_hop_neighbourhood(layers):
+    """With every neighbour sent, a client's representation after K ≤ 2 layers and its items' after
+    K = 1 equal the global LightGCN's: its ego graph holds its whole 2-hop neighbourhood."""
+    interactions, store = random_graph()
+    user, item = torch.randn(store.n_users, 6), torch.randn(store.n_items, 6)
+    want_user, want_item = dense_lightgcn(interactions, user, item, layers)
+    clients = torch.tensor([2, 5, 11])
+    items, item_mask, linked = client_tables(store, clients)
+    ego = EgoGraphs.build(directory_of(interactions, store, user), clients, items, item_mask, linked, 0, 0)
+    got_user, got_item = ego.propagate(user[clients], item[items], layers)
+    torch.testing.assert_close(got_user, want_user[clients], rtol=1e-5, atol=1e-6)
+    if layers == 1:
+        torch.testing.assert_close(got_item[item_mask], want_item[items[item_mask]], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("cap", [0, 2])
+def test_a_buckets_ego_graphs_equal_each_clients_own(cap):
+    """Block-diagonal: a client's representations do not depend on the bucket it trains in (the
+    neighbour draws are keyed by client, item and draw)."""
+    interactions, store = random_graph(n_users=20, n_items=12, density=0.5)
+    user, item = torch.randn(store.n_users, 4), torch.randn(store.n_items, 4)
+    directory = directory_of(interactions, store, torch.randn(store.n_users, 4))
+    clients = torch.tensor([0, 3, 7, 19])
+    negatives = torch.tensor([[1, 4], [2, 9], [11, 0], [5, 6]])
+    items, item_mask, linked = client_tables(store, clients, negatives)
+    ego = EgoGraphs.build(directory, clients, items, item_mask, linked, cap, seed=7)
+    bucket_user, bucket_item = ego.propagate(user[clients], item[items], 3)
+    for b in range(clients.numel()):
+        one = EgoGraphs.build(directory, clients[b:b + 1], items[b:b + 1], item_mask[b:b + 1], linked[b:b + 1],
+                              cap, seed=7)
+        alone_user, alone_item = one.propagate(user[clients[b:b + 1]], item[items[b:b + 1]], 3)
+        torch.testing.assert_close(bucket_user[b:b + 1], alone_user)
+        torch.testing.assert_close(bucket_item[b:b + 1][item_mask[b:b + 1]], alone_item[item_mask[b:b + 1]])
+
+
+def test_sampled_neighbours_are_an_unbiased_estimate():
+    """``neighbors = n``: n draws per item weighted d_i / n — over many seeds the mean of an item's
+    layer-1 neighbour sum equals the full sum (the client's own draws dropped)."""
+    interactions, store = random_graph(n_users=40, n_items=6, density=0.6)
+    shared = torch.randn(store.n_users, 3, dtype=torch.float64)
+    directory = directory_of(interactions, store, shared)
+    client = torch.tensor([0])
+    items = torch.tensor([[0, 1, 2]])
+    mask = torch.ones_like(items, dtype=torch.bool)
+    linked = torch.zeros_like(mask)
+    x_item = torch.zeros(1, 3, 3, dtype=torch.float64)
+    exact = EgoGraphs.build(directory, client, items, mask, linked, 0, 0).propagate(
+        torch.zeros(1, 3, dtype=torch.float64), x_item, 1)[1]
+    draws = torch.stack([EgoGraphs.build(directory, client, items, mask, linked, 4, seed).propagate(
+        torch.zeros(1, 3, dtype=torch.float64), x_item, 1)[1] for seed in range(3000)])
+    assert (interactions[:, :3].sum(0) > 4).all()  # the cap binds on every item
+    torch.testing.assert_close(draws.mean(0), exact, atol=0.03, rtol=0.05)
+
+
+GRAPH = ["backbone=lightgcn", "backbone.dim=8", "backbone.layers=2", "backbone.l2=0.01", "sim.buckets=3",
+         "sim.min_bucket_clients=1", "method.optimizer.lr=0.5"]
+LIGHTGCN = ["method=fedavg", *GRAPH]
+
+
+def test_vectorized_ego_rounds_match_the_per_client_loop():
+    """Each round the oracle starts from the simulator's state (user rows, item rows, the rows the
+    neighbours last shared) and both must end equal."""
+    torch.set_default_dtype(torch.float64)
+    try:
+        method, env = make_method(LIGHTGCN)
+        rounds = round_of(method)
+        store = env.train
+        n_users, n_items = env.n_users, env.n_items
+        interactions = torch.zeros(n_users, n_items, dtype=torch.bool)
+        owner, _, items, _ = store.flat(torch.arange(n_users))
+        interactions[owner, items] = True
+        shared = method.private.user.clone()  # registration: every client shares its initial row
+        start = method.public.item.clone()
+        for r in range(3):
+            users = rounds.sampler.users(r)
+            shared[users] = method.private.user[users]  # the round's clients refresh first
+            user_table, item_table = method.private.user.clone(), method.public.item.clone()
+            method.exchange(users, r, rounds.privacy)  # (train_round repeats it: the same rows again)
+            problems = method.problems(users, r)
+            clients = []
+            for problem in problems:
+                batch = problem.batch
+                for b in range(batch.size):
+                    mask = batch.pos_mask[b]
+                    negatives = problem.items[b][problem.neg_slot[b][mask]]
+                    clients.append((int(batch.users[b]), batch.pos[b][mask], negatives))
+            ego_fedavg_round(2, 0.01, user_table, shared, item_table, clients, interactions, lr=0.5)
+            rounds.train_round(r)
+            torch.testing.assert_close(method.public.item, item_table, rtol=1e-8, atol=1e-10)
+            torch.testing.assert_close(method.private.user, user_table, rtol=1e-8, atol=1e-10)
+        assert (method.public.item - start).abs().max() > 1e-3
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
+def test_federated_lightgcn_ranks_with_the_union_graph():
+    method, env = make_method(LIGHTGCN)
+    round_of(method).train_round(0)
+    users = torch.arange(5)
+    user, item = BipartiteGraph.from_store(env.train).propagate(method.private.user, method.public.item, 2)
+    torch.testing.assert_close(method.score_users(users), user[users] @ item.T)
+    torch.testing.assert_close(method.score_pairs(users, users), (user[users] * item[users]).sum(1))
+
+
+def test_federated_lightgcn_resumes_with_the_directory():
+    first, _ = make_method(LIGHTGCN)
+    for r in range(2):
+        round_of(first).train_round(r)
+    state = first.state_dict()
+    second, _ = make_method(LIGHTGCN)
+    for r in range(2):
+        round_of(second).train_round(r)
+    resumed, _ = make_method(LIGHTGCN)
+    resumed.load_state_dict(state)
+    round_of(resumed).train_round(2)
+    round_of(second).train_round(2)
+    torch.testing.assert_close(resumed.public.item, second.public.item)
+    torch.testing.assert_close(resumed.private.user, second.private.user)
+
+
+def test_central_lightgcn_learns_and_ranks_with_propagated_tables():
+    method, env = make_method(["method=central", "backbone=lightgcn", "backbone.dim=16", "method.optimizer.lr=0.01",
+                               "method.batch_size=64"])
+    losses = [round_of(method).train_round(r).loss for r in range(10)]
+    assert losses[-1] < 0.6 * losses[0]  # BPR starts at log 2
+    user, item = BipartiteGraph.from_store(env.train).propagate(method.user, method.item, 3)
+    torch.testing.assert_close(method.score_users(torch.arange(4)), user[:4] @ item.T)
+
+
+@pytest.mark.parametrize("overrides,field", [
+    (["method=fedcl"], "backbone"),
+    (["method=svdpp"], "backbone"),
+    (["method=cl4fedrec"], "backbone"),
+    (["method=fedavg", "attack=a_ra"], "attack"),
+])
+def test_graph_backbone_refusals_name_the_field(overrides, field):
+    with pytest.raises(ConfigError, match=field):
+        make_method(["backbone=lightgcn", *overrides])
+
+
+# -- FedGNN: pseudo items and masking ------------------------------------------------------------------
+
+def test_pseudo_items_replace_a_share_of_each_clients_pairs():
+    from fedrun.sim.pseudo import perturb_pairs
+    _, store = random_graph(n_users=30, n_items=60, density=0.3)
+    users = torch.arange(30)
+    batch = store.client_batch(users)
+    out, pseudo = perturb_pairs(batch, 60, seed=3, pseudo_share=0.2, mask_share=0.1)
+    sizes = batch.pos_mask.sum(1)
+    want_pseudo = torch.minimum(torch.floor(0.2 * sizes + 0.5).long(), sizes - 1)
+    assert torch.equal(pseudo.sum(1), want_pseudo)
+    dropped = batch.pos_mask & ~out.pos_mask
+    assert torch.equal(dropped.sum(1), torch.minimum(torch.floor(0.1 * sizes + 0.5).long(), sizes - 1 - want_pseudo))
+    assert (out.pos_mask.sum(1) >= 1).all()
+    for b in range(30):
+        held = set(batch.pos[b][batch.pos_mask[b]].tolist())
+        assert not set(out.pos[b][pseudo[b]].tolist()) & held  # pseudo items are items the client does not hold
+        assert torch.equal(out.pos[b][out.pos_mask[b] & ~pseudo[b]], batch.pos[b][out.pos_mask[b] & ~pseudo[b]])
+    # a client's draws do not depend on its bucket
+    part, part_pseudo = perturb_pairs(store.client_batch(users[5:9]), 60, seed=3, pseudo_share=0.2, mask_share=0.1)
+    width = part.pos.shape[1]
+    assert torch.equal(part.pos, out.pos[5:9, :width]) and torch.equal(part_pseudo, pseudo[5:9, :width])
+
+
+def test_fedgnn_uploads_pseudo_rows_and_keeps_the_ego_graph_exact():
+    method, env = make_method(["method=fedgnn", "method.pseudo_share=0.25", *GRAPH])
+    rounds = round_of(method)
+    users = rounds.sampler.users(0)
+    method.exchange(users, 0, rounds.privacy)
+    problems = method.problems(users, 0)
+    replaced = 0
+    for problem in problems:
+        for b in range(problem.batch.size):
+            held = set(env.train.client_batch(problem.batch.users[b:b + 1]).pos[0].tolist())
+            trained = set(problem.batch.pos[b][problem.batch.pos_mask[b]].tolist())
+            replaced += len(trained - held)
+    assert replaced > 0
+    assert not rounds.uses_fast_path
+    rounds.train_round(0)
+
+
+def test_fedgnn_runs_with_linf_ldp_on_both_uploads():
+    method, _ = make_method(["method=fedgnn", "privacy=ldp", "privacy.norm=linf", "privacy.clip=0.1",
+                             "privacy.targets=[item_rows,user_embedding]", *GRAPH])
+    before = method.public.item.clone()
+    round_of(method).train_round(0)
+    assert (method.public.item - before).abs().max() > 0
+    # the neighbours' shared rows are the protected ones, not the private rows
+    assert not torch.allclose(method.ego.directory.shared, method.private.user)
+
+
+# -- PerFedRec: clusters, selection, the prediction mixture --------------------------------------------
+
+PERFEDREC = ["method=perfedrec", "method.clusters=3", *GRAPH]
+
+
+def test_cluster_aggregation_equals_fedavg_one_cluster_at_a_time():
+    """Each cluster model moves by the mean of its members' deltas, computed here cluster by cluster."""
+    method, env = make_method(PERFEDREC + ["method.pseudo_share=0"])
+    rounds = round_of(method)
+    rounds.train_round(0)
+    rounds.train_round(1)  # clusters from round 1 on
+    assert method.clusters.ready
+    users = rounds.method.round_users(rounds.sampler, 2)
+    before = method.clusters.tables.clone()
+    method.exchange(users, 2, rounds.privacy)
+    labels = method.clusters.labels.clone()
+    results = [method.client_step(p) for p in method.problems(users, 2)]
+    # the direct computation: every member's uploads, grouped by its cluster
+    problems = method.problems(users, 2)
+    sums = torch.zeros_like(before)
+    counts = torch.zeros(before.shape[:2])
+    for problem, result in zip(problems, results):
+        up = result.uploads
+        cluster = labels[problem.batch.users][up.row_client]
+        sums.index_put_((cluster, up.row_item), up.row_delta, accumulate=True)
+        counts.index_put_((cluster, up.row_item), torch.ones(up.row_item.numel()), accumulate=True)
+    want = before + sums / counts.clamp_min(1).unsqueeze(-1)
+    # the round itself (same draws: the round re-derives everything from the seed and round index)
+    state = method.state_dict()
+    again, _ = make_method(PERFEDREC + ["method.pseudo_share=0"])
+    again.load_state_dict(state)
+    round_of(again).train_round(2)
+    torch.testing.assert_close(again.clusters.tables, want, rtol=1e-5, atol=1e-6)
+
+
+def test_cluster_selection_is_proportional_to_cluster_sizes():
+    method, _ = make_method(PERFEDREC + ["sim.clients_per_round=30"])
+    rounds = round_of(method)
+    for r in range(2):
+        rounds.train_round(r)
+    clients = rounds.sampler.clients
+    sizes = method.clusters.sizes(clients).double()
+    chosen = method.round_users(rounds.sampler, 5)
+    assert chosen.numel() == 30 and chosen.unique().numel() == 30
+    got = torch.bincount(method.clusters.labels[chosen], minlength=3).double()
+    assert (got - 30 * sizes / sizes.sum()).abs().max() < 1
+
+
+def test_mixture_prediction_equals_the_direct_computation():
+    method, env = make_method(PERFEDREC + ["method.alpha=[1.0,2.0,3.0]"])
+    rounds = round_of(method)
+    for r in range(3):
+        rounds.train_round(r)
+    users = torch.arange(env.n_users)
+    graph = BipartiteGraph.from_store(env.train)
+    user_g, item_g = graph.propagate(method.private.user, method.public.item, 2)
+    want = torch.empty(env.n_users, env.n_items)
+    for u in range(env.n_users):
+        k = int(method.clusters.labels[u])
+        user_k, item_k = graph.propagate(method.private.user, method.clusters.tables[k], 2)
+        alpha = torch.tensor([1.0 if method.has_local[u] else 0.0, 2.0, 3.0])
+        alpha = alpha / alpha.sum()
+        want[u] = (alpha[0] * method.local_user[u] @ item_k.T + alpha[1] * user_k[u] @ item_k.T
+                   + alpha[2] * user_g[u] @ item_g.T)
+    torch.testing.assert_close(method.score_users(users), want, rtol=1e-4, atol=1e-5)
+    items = torch.arange(env.n_users) % env.n_items
+    torch.testing.assert_close(method.score_pairs(users, items), want[users, items], rtol=1e-4, atol=1e-5)
+
+
+def test_more_clusters_than_clients_is_refused_before_training():
+    with pytest.raises(ConfigError, match="method.clusters"):
+        make_method(["method=perfedrec", "method.clusters=1000", *GRAPH])
