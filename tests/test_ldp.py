@@ -97,3 +97,18 @@ def test_targets_decide_what_is_perturbed():
 def test_bad_ldp_values_are_named(field, value):
     with pytest.raises(ConfigError, match=field):
         LDPConfig(**{field: value})
+
+
+def test_a_direct_laplace_scale_sets_the_noise_and_the_reported_epsilon():
+    """FedGNN / PerFedRec++ give λ and the L∞ clip δ: the noise is Laplace(0, λ) per coordinate and the
+    ε of a d-dimensional vector is 2δd/λ (their 2δ/λ is per coordinate)."""
+    ldp = LDP(LDPConfig(clip=0.5, norm="linf", scale=0.1, targets=["item_rows"]))
+    assert noise_scale(ldp.config, 64) == 0.1
+    assert ldp.epsilon_per_upload(64) == pytest.approx(2 * 0.5 * 64 / 0.1)
+    gen = torch.Generator().manual_seed(0)
+    noisy = ldp.perturb(torch.zeros(20000, 4), gen)
+    assert noisy.abs().mean().item() == pytest.approx(0.1, rel=0.03)  # E|Laplace(0, b)| = b
+    with pytest.raises(ConfigError, match="scale"):
+        LDPConfig(scale=0.1, mechanism="gaussian")
+    with pytest.raises(ConfigError, match="scale"):
+        LDPConfig(scale=0.0)

@@ -231,10 +231,11 @@ def test_pseudo_items_replace_a_share_of_each_clients_pairs():
     batch = store.client_batch(users)
     out, pseudo = perturb_pairs(batch, 60, seed=3, pseudo_share=0.2, mask_share=0.1)
     sizes = batch.pos_mask.sum(1)
-    want_pseudo = torch.minimum(torch.floor(0.2 * sizes + 0.5).long(), sizes - 1)
+    # the authors' code: max(1, ⌊0.1·n⌋) pseudo pairs for n ≥ 2; ⌊share·n⌋ masked; one real pair stays
+    want_pseudo = torch.where(sizes >= 2, torch.floor(0.2 * sizes).long().clamp_min(1), 0).minimum(sizes - 1)
     assert torch.equal(pseudo.sum(1), want_pseudo)
     dropped = batch.pos_mask & ~out.pos_mask
-    assert torch.equal(dropped.sum(1), torch.minimum(torch.floor(0.1 * sizes + 0.5).long(), sizes - 1 - want_pseudo))
+    assert torch.equal(dropped.sum(1), torch.floor(0.1 * sizes).long().minimum(sizes - 1 - want_pseudo))
     assert (out.pos_mask.sum(1) >= 1).all()
     for b in range(30):
         held = set(batch.pos[b][batch.pos_mask[b]].tolist())
@@ -345,3 +346,117 @@ def test_mixture_prediction_equals_the_direct_computation():
 def test_more_clusters_than_clients_is_refused_before_training():
     with pytest.raises(ConfigError, match="method.clusters"):
         make_method(["method=perfedrec", "method.clusters=1000", *GRAPH])
+
+
+# -- PerFedRec++: federated contrastive pre-training -------------------------------------------------
+
+PERFEDRECPP = ["method=perfedrecpp", "method.clusters=3", "method.pretrain_rounds=2", *GRAPH]
+
+
+def test_pretraining_views_do_not_depend_on_the_bucket():
+    """A client's contrastive loss is the same trained in a bucket or alone (noise keyed per node)."""
+    method, _ = make_method(PERFEDRECPP + ["method.pseudo_share=0"])
+    rounds = round_of(method)
+    users = rounds.sampler.users(0)
+    method.exchange(users, 0, rounds.privacy)
+    problem = method.problems(users, 0)[0]
+    user0, items0 = method.private.user[problem.batch.users], method.public.item[problem.items]
+    bucket = method.local_loss(problem, user0, items0, {})
+    for b in range(3):
+        alone = method.problems(problem.batch.users[b:b + 1], 0)[0]
+        loss = method.local_loss(alone, method.private.user[alone.batch.users], method.public.item[alone.items], {})
+        torch.testing.assert_close(loss, bucket[b:b + 1], rtol=1e-5, atol=1e-6)
+
+
+def test_infonce_terms_equal_their_direct_forms():
+    from fedrun.method.perfedrecpp import item_infonce, user_infonce
+    torch.manual_seed(0)
+    B, Lu, V, d, tau = 2, 4, 5, 3, 0.2
+    center1, center2 = torch.randn(B, d), torch.randn(B, d)
+    neighbors2 = torch.randn(V, d)
+    owner = torch.tensor([0, 0, 1, 1, 1])
+    ego = EgoGraphs(B, Lu, torch.zeros(V, d), owner, torch.tensor([0, 1, 0, 1, 2]), torch.zeros(0, dtype=torch.long),
+                    torch.zeros(0, dtype=torch.long), torch.zeros(0))
+    got = user_infonce((center1, None, None), (center2, None, neighbors2), ego, tau)
+    cos = torch.nn.functional.cosine_similarity
+    for b in range(B):
+        logits = torch.stack([cos(center1[b], center2[b], dim=0)] +
+                             [cos(center1[b], neighbors2[j], dim=0) for j in range(V) if owner[j] == b]) / tau
+        torch.testing.assert_close(got[b], -torch.log_softmax(logits, 0)[0])
+    items1, items2 = torch.randn(B, Lu, d), torch.randn(B, Lu, d)
+    mask = torch.tensor([[True, True, True, False], [True, True, False, False]])
+    got = item_infonce(items1, items2, mask, tau)
+    for b in range(B):
+        n = int(mask[b].sum())
+        logits = torch.stack([torch.stack([cos(items1[b, i], items2[b, j], dim=0) for j in range(n)])
+                              for i in range(n)]) / tau
+        torch.testing.assert_close(got[b], (torch.logsumexp(logits, 1) - logits.diagonal()).mean())
+
+
+def test_pretraining_rounds_then_perfedrec_rounds():
+    method, _ = make_method(PERFEDRECPP)
+    rounds = round_of(method)
+    start = method.public.item.clone()
+    for r in range(2):
+        rounds.train_round(r)
+        assert not method.clusters.ready  # clusters only after pre-training
+    assert (method.public.item - start).abs().max() > 1e-4  # pre-training moved the item rows
+    rounds.train_round(2)
+    rounds.train_round(3)
+    assert method.clusters.ready
+
+
+def test_lightgcn_with_no_layers_is_mf():
+    """K = 0: the same model as backbone=mf (the MF rows of the perfedrecpp presets)."""
+    common = ["method=fedavg", "backbone.dim=8", "method.optimizer.lr=0.5", "sim.buckets=3",
+              "sim.min_bucket_clients=1", "sim.fast_path=off", "backbone.init_std=0.1"]
+    graph, _ = make_method(common + ["backbone=lightgcn", "backbone.layers=0", "backbone.l2=0"])
+    mf, _ = make_method(common + ["backbone=mf"])
+    for r in range(2):
+        round_of(graph).train_round(r)
+        round_of(mf).train_round(r)
+    torch.testing.assert_close(graph.public.item, mf.public.item)
+    torch.testing.assert_close(graph.score_users(torch.arange(4)), mf.score_users(torch.arange(4)))
+
+
+# -- centralized graph contrastive baselines (SGL, SimGCL, XSimGCL) --------------------------------------
+
+def test_info_nce_equals_its_direct_form():
+    from fedrun.method.graph_contrast import info_nce
+    a, b = torch.randn(5, 3), torch.randn(5, 3)
+    cos = torch.nn.functional.cosine_similarity(a.unsqueeze(1), b.unsqueeze(0), dim=-1) / 0.2  # [5, 5]
+    want = torch.stack([-torch.log_softmax(cos[i], 0)[i] for i in range(5)]).mean()
+    torch.testing.assert_close(info_nce(a, b, 0.2), want)
+
+
+def test_sgl_subgraphs_drop_edges_and_renormalise():
+    interactions, store = random_graph(n_users=30, n_items=40, density=0.3)
+    graph = BipartiteGraph.from_store(store)
+    keep = torch.rand(graph.n_edges, generator=torch.Generator().manual_seed(0)) >= 0.3
+    dropped = graph.dropped(keep)
+    assert dropped.n_edges == int(keep.sum())
+    kept = torch.zeros_like(interactions)
+    users, items = graph.norm.to_sparse_coo().coalesce().indices()
+    kept[users[keep], items[keep]] = True
+    user, item = torch.randn(30, 4), torch.randn(40, 4)
+    want = dense_lightgcn(kept, user, item, 2)
+    got = dropped.propagate(user, item, 2)
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["sgl", "simgcl", "xsimgcl"])
+def test_central_graph_contrast_trains_and_ranks_without_noise(kind):
+    method, env = make_method(["method=central", "backbone=lightgcn", "backbone.dim=16", "backbone.layers=2",
+                               "method.optimizer.lr=0.01", "method.batch_size=64", f"method.contrast.kind={kind}"])
+    losses = [round_of(method).train_round(r).loss for r in range(6)]
+    assert losses[-1] < losses[0]
+    layer_users, layer_items = BipartiteGraph.from_store(env.train).layers(method.user, method.item, 2)
+    start = 1 if kind in ("simgcl", "xsimgcl") else 0  # SimGCL's readout skips the input layer
+    user, item = torch.stack(layer_users[start:]).mean(0), torch.stack(layer_items[start:]).mean(0)
+    torch.testing.assert_close(method.score_users(torch.arange(4)), user[:4] @ item.T)
+    assert torch.equal(method.score_users(torch.arange(4)), method.score_users(torch.arange(4)))  # no noise
+
+
+def test_graph_contrast_needs_a_graph_backbone():
+    with pytest.raises(ConfigError, match="contrast.kind"):
+        make_method(["method=central", "backbone=mf", "method.contrast.kind=simgcl"])

@@ -4,6 +4,9 @@ user–item graph, no transforms, no non-linearity.
     e^(k+1)_u = Σ_{i ∈ N(u)} e^(k)_i / √(|N(u)| |N(i)|),   e^(k+1)_i likewise over N(i)   (Eq. 3)
     e_u = mean_{k=0..K} e^(k)_u,  e_i likewise (α_k = 1/(K+1), Eq. 4);   ŷ_ui = ⟨e_u, e_i⟩   (Eq. 5)
 
+With K = 0 layers it is MF (the layer mean of e^(0) is e^(0)): the perfedrecpp presets run their MF
+rows that way, so every row shares one backbone and the report pairs them.
+
 Parameters are the layer-0 embeddings: a private row per user, a public row per item (MF's
 split); the score of the propagated representations is MF's inner product. The L2 term
 (``l2``) acts on the layer-0 rows an example uses, as in the paper (Eq. 6) — LightGCN's
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -85,11 +89,39 @@ class BipartiteGraph:
 
     def propagate(self, user: torch.Tensor, item: torch.Tensor, layers: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Layer-0 tables user [U, d], item [I, d] → the layer means (Eq. 3–4), differentiable."""
-        users, items = [user], [item]
-        for _ in range(layers):
-            users.append(torch.sparse.mm(self.norm, items[-1]))  # [U, d]
-            items.append(torch.sparse.mm(self.norm_t, users[-2]))  # [I, d]
+        users, items = self.layers(user, item, layers)
         return torch.stack(users).mean(0), torch.stack(items).mean(0)
+
+    def layers(self, user: torch.Tensor, item: torch.Tensor, layers: int,
+               perturb: Callable[[int, torch.Tensor], torch.Tensor] | None = None
+               ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Every layer's tables e^(0..K) of users [U, d] and items [I, d]; ``perturb(k, x)`` (SimGCL's
+        noise) changes layer k's output before the next layer uses it."""
+        users, items = [user], [item]
+        for k in range(1, layers + 1):
+            next_user = torch.sparse.mm(self.norm, items[-1])  # [U, d]
+            next_item = torch.sparse.mm(self.norm_t, users[-1])  # [I, d]
+            if perturb is not None:
+                next_user, next_item = perturb(k, next_user), perturb(k, next_item)
+            users.append(next_user)
+            items.append(next_item)
+        return users, items
+
+    def dropped(self, keep: torch.Tensor) -> "BipartiteGraph":
+        """The graph of the kept edges ``keep`` [nnz] (in ``norm``'s order), renormalised on their degrees
+        (SGL's edge dropout)."""
+        coo = self.norm.to_sparse_coo().coalesce()
+        user, item = coo.indices()[0][keep], coo.indices()[1][keep]
+        user_degree = torch.bincount(user, minlength=self.norm.shape[0])
+        item_degree = torch.bincount(item, minlength=self.norm.shape[1])
+        value = edge_norm(user_degree[user], item_degree[item])
+        shape = tuple(self.norm.shape)
+        return BipartiteGraph(sparse_csr(user, item, value, shape), sparse_csr(item, user, value, shape[::-1]),
+                              user_degree, item_degree)
+
+    @property
+    def n_edges(self) -> int:
+        return int(self.norm._nnz())
 
 
 def sparse_csr(row: torch.Tensor, col: torch.Tensor, value: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
@@ -107,11 +139,15 @@ def edge_norm(degree_a: torch.Tensor, degree_b: torch.Tensor) -> torch.Tensor:
 
 
 def propagate_edges(x0: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, weight: torch.Tensor,
-                    layers: int) -> torch.Tensor:
+                    layers: int, perturb: Callable[[int, torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
     """Node features x0 [N, d] over a weighted directed edge list (both directions listed for an
-    undirected graph): x^(k+1)[v] = Σ_{(u→v)} w·x^(k)[u]; returns the layer mean [N, d], differentiable."""
+    undirected graph): x^(k+1)[v] = Σ_{(u→v)} w·x^(k)[u]; returns the layer mean [N, d], differentiable.
+    ``perturb(k, x)``: what layer k's output becomes before it is used and read out (SimGCL-style
+    noise views: PerFedRec++ Eq. 3)."""
     out, x = x0, x0
-    for _ in range(layers):
+    for k in range(1, layers + 1):
         x = torch.zeros_like(x0).index_add(0, dst, x[src] * weight.unsqueeze(1))  # [N, d]
+        if perturb is not None:
+            x = perturb(k, x)
         out = out + x
     return out / (layers + 1)

@@ -28,6 +28,7 @@ from fedrun.data.client_store import ClientStore
 from fedrun.data.negatives import sample_negatives
 from fedrun.errors import check
 from fedrun.method.base import Method, RoundStats
+from fedrun.method.graph_contrast import ContrastConfig, GraphContrast
 from fedrun.sim.env import RunEnv
 from fedrun.sim.local import ClientOptimizer
 
@@ -38,6 +39,7 @@ class CentralConfig:
     batch_size: int = 1024
     num_negatives: int = 1  # negatives per positive, resampled each epoch (ignored for mse and ce)
     sequence_batch: int = 256  # users per mini-batch for sequential backbones
+    contrast: ContrastConfig = field(default_factory=ContrastConfig)  # graph backbones: SGL / SimGCL / XSimGCL
 
     def __post_init__(self) -> None:
         check(self.batch_size >= 1, "batch_size", self.batch_size, "an integer >= 1")
@@ -62,6 +64,10 @@ class Central(Method):
         self.pair_item, self.pair_rating = store.items, store.ratings
         self._positive_keys = store.sorted_keys()
         self.graph = BipartiteGraph.from_store(store) if env.backbone.user_context == "graph" else None
+        check(self.graph is not None or config.contrast.kind == "none", "method.contrast.kind", config.contrast.kind,
+              f"none for backbone {type(env.backbone).__name__} (graph contrastive learning needs a graph backbone)")
+        self.contrast = None if self.graph is None else GraphContrast(
+            config.contrast, self.graph, env.backbone.config.layers, env.sim.seed)
         self._tables: tuple[torch.Tensor, torch.Tensor] | None = None  # propagated tables of the current model
 
     def rounds_per_epoch(self) -> int:
@@ -75,6 +81,8 @@ class Central(Method):
         gen = generator(env.sim.seed, "central-epoch", round_index)  # CPU: same order on every device
         order = torch.randperm(n_pairs, generator=gen).to(env.device)
         seed = derive_seed(env.sim.seed, "central-negatives", round_index)
+        if self.contrast is not None:
+            self.contrast.start_epoch(round_index, env.device)
         total, batches = 0.0, 0
         for rows in torch.split(order, self.config.batch_size):
             users, items = self.pair_user[rows], self.pair_item[rows]
@@ -85,8 +93,12 @@ class Central(Method):
                 candidates = torch.cat([candidates, negatives], 1)  # [N, 1 + n]
             user_rows, vectors = self.user_rows(users), self.item[candidates]  # [N, du], [N, 1 + n, di]
             raw = user_rows, vectors  # the parameters the examples use (L2 acts on them)
+            contrastive = 0.0
             if self.graph is not None:  # LightGCN: the whole graph propagated for every mini-batch
-                user_table, item_table = self.graph.propagate(self.user, self.item, env.backbone.config.layers)
+                if self.contrast.active:
+                    user_table, item_table, contrastive = self.contrast.forward(self.user, self.item, users, items)
+                else:
+                    user_table, item_table = self.graph.propagate(self.user, self.item, env.backbone.config.layers)
                 user_rows, vectors = user_table[users], item_table[candidates]
             scores = env.backbone.score(user_rows, vectors, self.net) + self.offsets(users, candidates)  # [N, 1 + n]
             neg = scores[:, 1:].unsqueeze(1) if self.num_negatives else None
@@ -94,7 +106,7 @@ class Central(Method):
             mask = torch.ones_like(items, dtype=torch.bool).unsqueeze(1)
             l2 = env.backbone.config.l2
             loss = per_client_loss(env.backbone.config.loss, scores[:, :1], neg, mask, ratings, l2,
-                                   example_sq_norms(*raw, 1) if l2 else None).mean()
+                                   example_sq_norms(*raw, 1) if l2 else None).mean() + contrastive
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()
@@ -160,7 +172,7 @@ class Central(Method):
         if self.graph is None:
             return self.user, self.item
         if self._tables is None:  # once per model state, not per evaluation chunk
-            self._tables = self.graph.propagate(self.user, self.item, self.env.backbone.config.layers)
+            self._tables = self.contrast.ranking(self.user, self.item)
         return self._tables
 
     @torch.no_grad()

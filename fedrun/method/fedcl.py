@@ -188,7 +188,7 @@ class FedCL(FederatedMethod):
         self.hard_server.receive(embeddings, round_index)  # server side: uploads only
         hard = self.hard_server.negatives(users, self.public, round_index)  # [B, T] sent to the clients
         metrics = {"cluster_seconds_total": self.hard_server.cluster_seconds}
-        epsilon = privacy.epsilon_per_upload()
+        epsilon = privacy.epsilon_per_upload(embeddings.vectors.shape[1])
         if epsilon is not None and "user_embedding" in privacy.targets:
             metrics["epsilon_spent_max"] = float(self.embedding_uploads.max()) * epsilon
         return Exchange(hard, embeddings.nbytes_per_client(), 4.0 * self.n_semi, metrics)  # T int32 item ids

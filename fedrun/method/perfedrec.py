@@ -54,6 +54,7 @@ from fedrun.types import Aggregate, RoundContext, Uploads
 @dataclass
 class PerFedRecConfig(FedGNNConfig):
     clusters: int = 5  # C, k-means clusters (the authors' code: 5)
+    clustering: str = "kmeans"  # kmeans | random (Table 5's "w/o clustering": users put in random clusters)
     alpha: list[float] = field(default_factory=lambda: [1.0, 1.0, 1.0])  # local, cluster, global (normalised)
     selection: str = "cluster"  # cluster: clients in proportion to cluster sizes | uniform
     cluster_from: int = 1  # first round with clusters (the code: after the first)
@@ -65,6 +66,7 @@ class PerFedRecConfig(FedGNNConfig):
         check(len(self.alpha) == 3 and all(a >= 0 for a in self.alpha) and sum(self.alpha) > 0, "alpha",
               list(self.alpha), "three weights >= 0 (local, cluster, global), not all 0")
         check_choice("selection", self.selection, ("cluster", "uniform"))
+        check_choice("clustering", self.clustering, ("kmeans", "random"))
         check(self.cluster_from >= 0, "cluster_from", self.cluster_from, "an integer >= 0")
         check_positive("recluster_every", self.recluster_every)
 
@@ -77,7 +79,7 @@ class PerFedRec(FedGNN):
         n_clients = int(self.round_clients().numel())
         check(config.clusters <= n_clients, "method.clusters", config.clusters,
               f"at most the {n_clients} clients with training data")
-        self.clusters = ClusterModels(config.clusters, env.sim.seed)
+        self.clusters = ClusterModels(config.clusters, env.sim.seed, config.clustering)
         self.local_user = torch.zeros_like(self.private.user)  # client side: the local model's representation
         self.has_local = torch.zeros(env.n_users, dtype=torch.bool, device=env.device)
         self._pending: list[Aggregate | None] | None = None
@@ -95,14 +97,17 @@ class PerFedRec(FedGNN):
 
     def exchange(self, users: torch.Tensor, round_index: int, privacy: Privacy) -> Exchange:
         exchange = super().exchange(users, round_index, privacy)
-        config = self.config
-        if round_index >= config.cluster_from and (round_index - config.cluster_from) % config.recluster_every == 0:
+        start, every = self.first_cluster_round(), self.config.recluster_every
+        if round_index >= start and (round_index - start) % every == 0:
             self.clusters.fit(self.ego.directory.shared, self.round_clients(), self.public.item, round_index)
         if not self.clusters.ready:
             return exchange
         sizes = self.clusters.sizes(self.round_clients()).float()
         metrics = {"cluster_size_min": float(sizes.min()), "cluster_size_max": float(sizes.max())}
         return Exchange(exchange.sent, exchange.bytes_up, exchange.bytes_down, {**exchange.metrics, **metrics})
+
+    def first_cluster_round(self) -> int:
+        return self.config.cluster_from
 
     def download_rows(self, problem: LocalProblem) -> torch.Tensor:
         if not self.clusters.ready:

@@ -13,6 +13,10 @@ Generalised here (the same argument, other norms):
     σ = Δ₂ · √(2 ln(1.25 / δ_dp)) / ε with Δ₂ = 2δ · c₂(p), c₂ = 1, 1, √d → (ε, δ_dp)-LDP.
 Accounting: every protected vector costs ε; over a run the guarantee composes
 additively (basic composition), which the method reports per user.
+
+FedGNN and PerFedRec++ (Eq. 10) state the Laplace scale λ and the L∞ clip δ instead of ε
+(their ε = 2δ/λ is per coordinate): ``scale`` sets λ directly, and the ε reported is then the
+one the mechanism gives a whole vector, 2δ·c₁(p)/λ (2δd/λ under L∞).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ class LDPConfig:
     mechanism: str = "laplace"  # laplace | gaussian
     delta: float = 1e-5  # δ_dp of the Gaussian mechanism
     targets: list[str] = field(default_factory=lambda: ["user_embedding"])  # user_embedding | item_rows
+    scale: float | None = None  # Laplace λ (or Gaussian σ) per coordinate, set directly (ε is then derived)
 
     def __post_init__(self) -> None:
         check_positive("epsilon", self.epsilon)
@@ -46,6 +51,10 @@ class LDPConfig:
         check(0 < self.delta < 1, "delta", self.delta, "a number in (0, 1)")
         check(len(self.targets) >= 1 and all(t in TARGETS for t in self.targets), "targets", list(self.targets),
               f"a non-empty list of {', '.join(TARGETS)}")
+        if self.scale is not None:
+            check_positive("scale", self.scale)
+            check(self.mechanism == "laplace", "scale", self.scale,
+                  "null with mechanism=gaussian (set epsilon and delta instead)")
 
 
 def clip_rows(vectors: torch.Tensor, norm: str, bound: float) -> torch.Tensor:
@@ -57,6 +66,8 @@ def clip_rows(vectors: torch.Tensor, norm: str, bound: float) -> torch.Tensor:
 
 def noise_scale(config: LDPConfig, dim: int) -> float:
     """Laplace scale b or Gaussian σ per coordinate for d-dimensional vectors (module docstring)."""
+    if config.scale is not None:
+        return config.scale
     if config.mechanism == "laplace":
         spread = {"l1": 1.0, "l2": math.sqrt(dim), "linf": float(dim)}[config.norm]
         return 2 * config.clip * spread / config.epsilon
@@ -102,5 +113,10 @@ class LDP(Privacy):
         return Uploads(uploads.n_clients, uploads.row_client, uploads.row_item,
                        self.perturb(uploads.row_delta, generator), uploads.dense, uploads.weight)
 
-    def epsilon_per_upload(self) -> float:
-        return self.config.epsilon
+    def epsilon_per_upload(self, dim: int | None = None) -> float:
+        """ε of one protected vector: the configured one, or with ``scale`` set, 2δ·c₁(p)/λ for d = ``dim``."""
+        config = self.config
+        if config.scale is None:
+            return config.epsilon
+        spread = {"l1": 1.0, "l2": math.sqrt(dim or 1), "linf": float(dim or 1)}[config.norm]
+        return 2 * config.clip * spread / config.scale

@@ -26,8 +26,8 @@ from fedrun.types import Aggregate, Uploads
 
 
 class ClusterModels:
-    def __init__(self, n_clusters: int, seed: int):
-        self.n_clusters, self.seed = n_clusters, seed
+    def __init__(self, n_clusters: int, seed: int, kind: str = "kmeans"):
+        self.n_clusters, self.seed, self.kind = n_clusters, seed, kind  # kind: kmeans | random (Table 5's ablation)
         self.labels: torch.Tensor | None = None  # [U] cluster of every user (after the first fit)
         self.tables: torch.Tensor | None = None  # [C, I, d]
         self.centers: np.ndarray | None = None  # [C, d]
@@ -37,7 +37,14 @@ class ClusterModels:
         return self.labels is not None
 
     def fit(self, shared: torch.Tensor, clients: torch.Tensor, global_item: torch.Tensor, round_index: int) -> None:
-        """k-means over the shared rows [U, d] of the ``clients`` [n] → every user's cluster."""
+        """k-means over the shared rows [U, d] of the ``clients`` [n] → every user's cluster (``random``:
+        a uniformly random cluster per user, drawn afresh at each fit)."""
+        if self.tables is None:
+            self.tables = global_item.detach().unsqueeze(0).repeat(self.n_clusters, 1, 1)
+        if self.kind == "random":
+            gen = generator(self.seed, "random-clusters", round_index)
+            self.labels = torch.randint(self.n_clusters, (shared.shape[0],), generator=gen).to(shared.device)
+            return
         points = shared[clients].detach().double().cpu().numpy()
         init = "k-means++" if self.centers is None else self.centers
         kmeans = KMeans(self.n_clusters, init=init, n_init=1,
@@ -45,8 +52,6 @@ class ClusterModels:
         self.centers = kmeans.cluster_centers_
         labels = kmeans.predict(shared.detach().double().cpu().numpy())
         self.labels = torch.as_tensor(labels, dtype=torch.int64, device=shared.device)
-        if self.tables is None:
-            self.tables = global_item.detach().unsqueeze(0).repeat(self.n_clusters, 1, 1)
 
     def sizes(self, clients: torch.Tensor) -> torch.Tensor:
         return torch.bincount(self.labels[clients], minlength=self.n_clusters)  # [C]

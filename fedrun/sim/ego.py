@@ -108,6 +108,8 @@ class EgoGraphs:
     n_clients: int  # B
     width: int  # Lu
     neighbor_rows: torch.Tensor  # [V, d] the neighbours' shared embeddings (constants to the clients)
+    neighbor_owner: torch.Tensor  # [V] the client (index into the bucket) each neighbour node belongs to
+    neighbor_rank: torch.Tensor  # [V] its position among that client's neighbours (their order at the directory)
     src: torch.Tensor  # [E] edges in both directions, node indices
     dst: torch.Tensor  # [E]
     weight: torch.Tensor  # [E]
@@ -132,16 +134,40 @@ class EgoGraphs:
         a = torch.cat([client[link], B + B * Lu + answer.node])
         b = torch.cat([slot_node[link], slot_node[answer.query]])
         w = torch.cat([w_own, w_nb])
-        return cls(B, Lu, answer.rows, torch.cat([a, b]), torch.cat([b, a]), torch.cat([w, w]))
+        owner = torch.zeros(answer.rows.shape[0], dtype=torch.int64, device=items.device)
+        owner[answer.node] = client[answer.query]
+        first = torch.full((B,), answer.rows.shape[0], dtype=torch.int64, device=items.device)
+        first = first.scatter_reduce(0, owner, torch.arange(owner.numel(), device=items.device), "amin")
+        return cls(B, Lu, answer.rows, owner, torch.arange(owner.numel(), device=items.device) - first[owner],
+                   torch.cat([a, b]), torch.cat([b, a]), torch.cat([w, w]))
 
     def propagate(self, user: torch.Tensor, item_table: torch.Tensor, layers: int
                   ) -> tuple[torch.Tensor, torch.Tensor]:
         """The clients' rows user [B, d] and local tables item_table [B, Lu, d] (leaves being trained)
         → their layer-mean representations in their own ego graphs: [B, d], [B, Lu, d]."""
+        center, items, _ = self.propagate_all(user, item_table, layers)
+        return center, items
+
+    def propagate_all(self, user: torch.Tensor, item_table: torch.Tensor, layers: int,
+                      perturb: Callable[[int, torch.Tensor], torch.Tensor] | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``propagate`` with the neighbours' representations too ([B, d], [B, Lu, d], [V, d]) and an
+        optional per-layer ``perturb`` (``propagate_edges``)."""
         B, Lu, d = item_table.shape
         x0 = torch.cat([user, item_table.reshape(B * Lu, d), self.neighbor_rows.to(user.dtype)])  # [N, d]
-        out = propagate_edges(x0, self.src, self.dst, self.weight, layers)
-        return out[:B], out[B:B + B * Lu].reshape(B, Lu, d)
+        out = propagate_edges(x0, self.src, self.dst, self.weight, layers, perturb)
+        return out[:B], out[B:B + B * Lu].reshape(B, Lu, d), out[B + B * Lu:]
+
+    def node_keys(self, users: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per node, (its client's user id, a key naming the node within that client: 0 the client,
+        1 + slot for its items, 1 + Lu_max + rank for its neighbours) — the same whatever the bucket."""
+        B, Lu = self.n_clients, self.width
+        device = users.device
+        slot = torch.arange(Lu, device=device).repeat(B)  # [B·Lu]
+        owner = torch.cat([users, users.repeat_interleave(Lu), users[self.neighbor_owner]])
+        key = torch.cat([torch.zeros(B, dtype=torch.int64, device=device), 1 + slot,
+                         (1 << 32) + self.neighbor_rank])
+        return owner, key
 
 
 class EgoProtocol:
@@ -179,7 +205,11 @@ class EgoProtocol:
         self.directory, self.restored = None, state.get("shared")
 
     def attach(self, problem: LocalProblem, round_index: int) -> "GraphProblem":
-        """The bucket's problem with its ego graphs (the client links its positives)."""
+        """The bucket's problem with its ego graphs (the client links its positives); none with K = 0
+        layers (MF: nothing propagates)."""
+        fields = {f.name: getattr(problem, f.name) for f in dataclasses.fields(LocalProblem)}
+        if self.layers == 0:
+            return GraphProblem(**fields, ego=None, layers=0, round=round_index)
         linked = torch.zeros_like(problem.item_mask)
         B = linked.shape[0]
         rows = torch.arange(B, device=linked.device).unsqueeze(1).expand_as(problem.pos_slot)
@@ -187,8 +217,7 @@ class EgoProtocol:
         seed = derive_seed(self.seed, "ego-neighbors", round_index)
         ego = EgoGraphs.build(self.directory, problem.batch.users, problem.items, problem.item_mask, linked,
                               self.cap, seed)
-        fields = {f.name: getattr(problem, f.name) for f in dataclasses.fields(LocalProblem)}
-        return GraphProblem(**fields, ego=ego, layers=self.layers)
+        return GraphProblem(**fields, ego=ego, layers=self.layers, round=round_index)
 
 
 @dataclass(frozen=True)
@@ -197,6 +226,9 @@ class GraphProblem(LocalProblem):
 
     ego: EgoGraphs | None = None
     layers: int = 0
+    round: int = 0
 
     def encode(self, user: torch.Tensor, item_table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.ego is None:  # K = 0: the rows themselves
+            return user, item_table
         return self.ego.propagate(user, item_table, self.layers)

@@ -10,9 +10,9 @@ does not reveal which items it holds:
   they may then be drawn as negatives, as non-interacted items are).
 
 Both are vectorized over a bucket: which pairs are chosen and which pseudo items replace them
-are counter-based draws keyed by (seed, user, position), never by the bucket. A client with n
-pairs replaces round(share · n) of them and masks round(share · n) of the rest; at least one
-real pair always stays.
+are counter-based draws keyed by (seed, user, position), never by the bucket. A client with n ≥ 2
+pairs replaces max(1, ⌊share · n⌋) of them (the authors' code) and masks ⌊share · n⌋ of the rest;
+at least one real pair always stays.
 """
 
 from __future__ import annotations
@@ -25,9 +25,12 @@ from fedrun.data.negatives import sample_client_negatives
 from fedrun.types import ClientBatch
 
 
-def shares_to_counts(share: float, sizes: torch.Tensor) -> torch.Tensor:
-    """round(share · n) per client, half up ([B] int64)."""
-    return torch.floor(share * sizes.to(torch.float64) + 0.5).to(torch.int64)
+def share_counts(share: float, sizes: torch.Tensor, at_least_one: bool) -> torch.Tensor:
+    """⌊share · n⌋ per client ([B] int64), at least 1 (``at_least_one``, share > 0) for n ≥ 2, at most n − 1."""
+    counts = torch.floor(share * sizes.to(torch.float64)).to(torch.int64)
+    if at_least_one and share > 0:
+        counts = torch.where(sizes >= 2, counts.clamp_min(1), counts)
+    return torch.minimum(counts, sizes - 1).clamp_min(0)
 
 
 def perturb_pairs(batch: ClientBatch, n_items: int, seed: int, pseudo_share: float, mask_share: float
@@ -41,8 +44,8 @@ def perturb_pairs(batch: ClientBatch, n_items: int, seed: int, pseudo_share: flo
     order_key = hashrng.randint(seed, [batch.users.unsqueeze(1), position.unsqueeze(0)], 1 << 62)  # [B, P]
     order_key = torch.where(valid, order_key, torch.full_like(order_key, 1 << 62))  # padding last
     rank = torch.argsort(torch.argsort(order_key, dim=1), dim=1)  # [B, P] the position's rank in its client
-    n_pseudo = torch.minimum(shares_to_counts(pseudo_share, sizes), sizes - 1).clamp_min(0)
-    n_mask = torch.minimum(shares_to_counts(mask_share, sizes), sizes - 1 - n_pseudo).clamp_min(0)
+    n_pseudo = share_counts(pseudo_share, sizes, at_least_one=True)
+    n_mask = torch.minimum(share_counts(mask_share, sizes, at_least_one=False), sizes - 1 - n_pseudo)
     pseudo = valid & (rank < n_pseudo.unsqueeze(1))
     masked = valid & (rank >= n_pseudo.unsqueeze(1)) & (rank < (n_pseudo + n_mask).unsqueeze(1))
     if bool(pseudo.any()):

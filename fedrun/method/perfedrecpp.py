@@ -1,0 +1,112 @@
+"""PerFedRec++ (Luo et al., "PerFedRec++: Enhancing Personalized Federated Recommendation with
+Self-Supervised Pre-Training", TIST 2024): PerFedRec (``fedrun.method.perfedrec``) after a
+federated self-supervised pre-training stage (§4.1, Algorithm 1 lines 4–8).
+
+Pre-training: the run's first ``pretrain_rounds`` rounds train the contrastive loss only. Each
+round's clients (node dropout, Eq. 1: the clients not selected are dropped) build their ego
+graphs with the round's pseudo items (edge perturbation, Eq. 2) and propagate them twice with
+noise injection (Eq. 3: a random vector of norm ``view_noise`` added to every layer's output,
+as in the authors' code and SimGCL); each client then takes InfoNCE (Eq. 4, cosine similarity,
+temperature ``tau``):
+  - users: its own two views are the positive pair; the negatives are the other users of its
+    ego graph (the neighbours the matching party sent) — Eq. 4 sums over all users, which no
+    client holds;
+  - items: each item of its local table, its two views positive, the table's other items negative;
+and uploads the deltas of its item rows, as in fine-tuning. Fine-tuning is PerFedRec's rounds.
+
+Open points and their resolution (REFERENCE §3; the authors' code): a pre-training "epoch" is
+one round of clients (the code runs one step per pre-training epoch on 256 random users and
+items); the views differ by the noise only — both share the round's pseudo items; τ = 0.2 and
+the noise on every layer are the code's; Eq. 3's unit-norm noise is ``view_noise = 1``, the
+code's ``pretrain_noise`` (value not published) is configurable, default 0.1 (SimGCL's ε).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from fedrun.core import hashrng
+from fedrun.core.seeding import derive_seed
+from fedrun.errors import check, check_positive
+from fedrun.method.perfedrec import PerFedRec, PerFedRecConfig
+from fedrun.sim.ego import EgoGraphs, GraphProblem
+from fedrun.sim.local import problem_loss
+
+NOISE_BITS = 24
+
+
+@dataclass
+class PerFedRecPPConfig(PerFedRecConfig):
+    pretrain_rounds: int = 10  # the paper's pre-training epochs (Fig. 6: 1, 3, 5, 10; one round each in the code)
+    tau: float = 0.2  # InfoNCE temperature (the code)
+    view_noise: float = 0.1  # norm of the noise added to each layer of a view (Eq. 3: 1; SimGCL: 0.1)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.pretrain_rounds >= 0, "pretrain_rounds", self.pretrain_rounds, "an integer >= 0")
+        check_positive("tau", self.tau)
+        check_positive("view_noise", self.view_noise, allow_zero=True)
+
+
+class PerFedRecPP(PerFedRec):
+    Config = PerFedRecPPConfig
+
+    def pretraining(self, round_index: int) -> bool:
+        return round_index < self.config.pretrain_rounds
+
+    def first_cluster_round(self) -> int:
+        """``cluster_from`` counts from the end of pre-training."""
+        return self.config.pretrain_rounds + self.config.cluster_from
+
+    def local_loss(self, problem: GraphProblem, user: torch.Tensor, item_table: torch.Tensor,
+                   net: dict[str, torch.Tensor]) -> torch.Tensor:
+        if not self.pretraining(problem.round):
+            return problem_loss(self.env.backbone, problem, user, item_table, net)
+        seed = derive_seed(self.env.sim.seed, "pretrain-views", problem.round)
+        owner, key = problem.ego.node_keys(problem.batch.users)
+        views = [problem.ego.propagate_all(user, item_table, problem.layers,
+                                           noise_injection(owner, key, seed, view, self.config.view_noise))
+                 for view in (0, 1)]
+        return (user_infonce(views[0], views[1], problem.ego, self.config.tau)
+                + item_infonce(views[0][1], views[1][1], problem.item_mask, self.config.tau))
+
+    def fedsgd_exact(self) -> bool:
+        return False
+
+
+def noise_injection(owner: torch.Tensor, key: torch.Tensor, seed: int, view: int, norm: float):
+    """Eq. 3 per layer: x + norm · Δ/‖Δ‖ with Δ ~ U(0, 1)^d (the code's ``rand_like``), keyed by
+    (client, node key, layer, view, coordinate) — a client's views do not depend on its bucket."""
+    def perturb(layer: int, x: torch.Tensor) -> torch.Tensor:
+        if not norm:
+            return x
+        coord = torch.arange(x.shape[1], device=x.device)
+        bits = hashrng.randint(seed, [owner.unsqueeze(1), key.unsqueeze(1), torch.tensor(layer * 2 + view),
+                                      coord.unsqueeze(0)], 1 << NOISE_BITS)  # [N, d]
+        delta = (bits.to(x.dtype) + 0.5) / (1 << NOISE_BITS)
+        return x + norm * F.normalize(delta, dim=-1)
+    return perturb
+
+
+def user_infonce(view1, view2, ego: EgoGraphs, tau: float) -> torch.Tensor:
+    """[B]: −log e^{s(u', u'')/τ} / (e^{s(u', u'')/τ} + Σ_v e^{s(u', v'')/τ}), v the client's neighbours."""
+    center1, center2, neighbors2 = view1[0], view2[0], view2[2]
+    positive = F.cosine_similarity(center1, center2, dim=-1) / tau  # [B]
+    owner = ego.neighbor_owner  # [V]
+    negative = F.cosine_similarity(center1[owner], neighbors2, dim=-1) / tau  # [V]
+    top = positive.detach().scatter_reduce(0, owner, negative.detach(), "amax")  # [B] for stability
+    total = torch.exp(positive - top).index_add(0, owner, torch.exp(negative - top[owner]))
+    return top + torch.log(total) - positive
+
+
+def item_infonce(items1: torch.Tensor, items2: torch.Tensor, item_mask: torch.Tensor, tau: float) -> torch.Tensor:
+    """[B]: the mean over each client's items of InfoNCE between the two views of its local table
+    (items1, items2 [B, Lu, d]), the other items of the table as negatives."""
+    logits = torch.bmm(F.normalize(items1, dim=-1), F.normalize(items2, dim=-1).transpose(1, 2)) / tau  # [B, Lu, Lu]
+    logits = logits.masked_fill(~item_mask.unsqueeze(1), float("-inf"))
+    per_item = torch.logsumexp(logits, -1) - torch.diagonal(logits, dim1=1, dim2=2)  # [B, Lu]
+    per_item = torch.where(item_mask, per_item, torch.zeros_like(per_item))
+    return per_item.sum(1) / item_mask.sum(1).clamp_min(1)
