@@ -34,7 +34,7 @@ from fedrun.privacy.base import Privacy
 from fedrun.sim.batching import LocalProblem, local_problem
 from fedrun.sim.env import RunEnv
 from fedrun.sim.guards import UploadSchema
-from fedrun.sim.local import LocalResult, problem_loss, train_local
+from fedrun.sim.local import ClientOptimizer, LocalResult, problem_loss, train_local
 from fedrun.sim.rows import LOCAL, RowReducer
 from fedrun.sim.sampling import ClientSampler
 from fedrun.types import Aggregate, ClientBatch, RoundContext, Uploads
@@ -202,12 +202,16 @@ class FederatedMethod(Method):
             return self.local_loss(problem, user, item, net)
 
         result = train_local(self.env.backbone, problem, user0, item0, self.public.net,
-                             self.config.optimizer, self.env.sim.local_epochs, loss_fn)
+                             self.client_optimizer(problem), self.env.sim.local_epochs, loss_fn)
         self.keep_local(problem, item0, result)
         client, slot = problem.item_mask.nonzero(as_tuple=True)  # [R], [R]
         uploads = Uploads(users.numel(), client, problem.items[client, slot], result.item_delta[client, slot],
                           result.net_delta, problem.weight)
         return ClientResult(uploads, result.user, result.loss)
+
+    def client_optimizer(self, problem: LocalProblem) -> ClientOptimizer:
+        """The optimizer of the bucket's local steps (PerFedRec++: its own during pre-training)."""
+        return self.config.optimizer
 
     def download_rows(self, problem: LocalProblem) -> torch.Tensor:
         """The item rows [B, Lu, di] the bucket's clients start local training from: the public model's

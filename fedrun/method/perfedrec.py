@@ -7,11 +7,13 @@ Per round:
   2. the clients refresh their shared embeddings and expand their ego graphs (FedGNN, §4.2.2);
      the server refits k-means on the shared embeddings every ``recluster_every`` rounds
      (§4.3.1) from round ``cluster_from`` on;
-  3. each client starts from its cluster's model, replaces ``pseudo_share`` of its pairs with
-     pseudo items, masks ``mask_share`` (PerFedRec++), trains, uploads the deltas (privacy: the
-     run's LDP, Eq. 10);
+  3. each client downloads the global model (Algorithm 1 l. 21; ``train_from=cluster``: its
+     cluster's, as the PerFedRec CIKM code), replaces ``pseudo_share`` of its pairs with pseudo
+     items, masks ``mask_share`` (PerFedRec++), trains, uploads the deltas (privacy: the run's
+     LDP, Eq. 10);
   4. the server aggregates all uploads into the global model and each cluster's into its
-     cluster model (Eq. 11, through the run's defense).
+     cluster model (Eq. 11, through the run's defense): Θ_C ← Θ_C + mean of its members' deltas,
+     from a copy of the global model at the first clustering.
 
 Prediction (Eq. 6): ŷ_n,i = α1·ŷ^local + α2·ŷ^cluster + α3·ŷ^global, the models combined through
 their predictions, as the authors' code does (Eq. 6 writes the parameters; for LightGCN,
@@ -57,6 +59,7 @@ class PerFedRecConfig(FedGNNConfig):
     clustering: str = "kmeans"  # kmeans | random (Table 5's "w/o clustering": users put in random clusters)
     alpha: list[float] = field(default_factory=lambda: [1.0, 1.0, 1.0])  # local, cluster, global (normalised)
     selection: str = "cluster"  # cluster: clients in proportion to cluster sizes | uniform
+    train_from: str = "global"  # global: the downloaded global model (Algorithm 1) | cluster: its cluster's (CIKM)
     cluster_from: int = 1  # first round with clusters (the code: after the first)
     recluster_every: int = 1  # rounds between k-means refits (the paper: every iteration)
 
@@ -67,6 +70,7 @@ class PerFedRecConfig(FedGNNConfig):
               list(self.alpha), "three weights >= 0 (local, cluster, global), not all 0")
         check_choice("selection", self.selection, ("cluster", "uniform"))
         check_choice("clustering", self.clustering, ("kmeans", "random"))
+        check_choice("train_from", self.train_from, ("global", "cluster"))
         check(self.cluster_from >= 0, "cluster_from", self.cluster_from, "an integer >= 0")
         check_positive("recluster_every", self.recluster_every)
 
@@ -110,7 +114,7 @@ class PerFedRec(FedGNN):
         return self.config.cluster_from
 
     def download_rows(self, problem: LocalProblem) -> torch.Tensor:
-        if not self.clusters.ready:
+        if self.config.train_from == "global" or not self.clusters.ready:
             return super().download_rows(problem)
         cluster = self.clusters.labels[problem.batch.users]  # [B]
         return self.clusters.tables[cluster.unsqueeze(1), problem.items]  # [B, Lu, di]

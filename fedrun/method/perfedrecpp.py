@@ -16,14 +16,15 @@ and uploads the deltas of its item rows, as in fine-tuning. Fine-tuning is PerFe
 
 Open points and their resolution (REFERENCE §3; the authors' code): a pre-training "epoch" is
 one round of clients (the code runs one step per pre-training epoch on 256 random users and
-items); the views differ by the noise only — both share the round's pseudo items; τ = 0.2 and
+items) whose clients step with ``pretrain_optimizer`` (the code: Adam, lr 50 × 1e-3); the views
+differ by the noise only — both share the round's pseudo items; τ = 0.2 and
 the noise on every layer are the code's; Eq. 3's unit-norm noise is ``view_noise = 1``, the
 code's ``pretrain_noise`` (value not published) is configurable, default 0.1 (SimGCL's ε).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -32,8 +33,9 @@ from fedrun.core import hashrng
 from fedrun.core.seeding import derive_seed
 from fedrun.errors import check, check_positive
 from fedrun.method.perfedrec import PerFedRec, PerFedRecConfig
+from fedrun.sim.batching import LocalProblem
 from fedrun.sim.ego import EgoGraphs, GraphProblem
-from fedrun.sim.local import problem_loss
+from fedrun.sim.local import ClientOptimizer, problem_loss
 
 NOISE_BITS = 24
 
@@ -41,6 +43,7 @@ NOISE_BITS = 24
 @dataclass
 class PerFedRecPPConfig(PerFedRecConfig):
     pretrain_rounds: int = 10  # the paper's pre-training epochs (Fig. 6: 1, 3, 5, 10; one round each in the code)
+    pretrain_optimizer: ClientOptimizer = field(default_factory=lambda: ClientOptimizer("adam", 0.05))  # the code's
     tau: float = 0.2  # InfoNCE temperature (the code)
     view_noise: float = 0.1  # norm of the noise added to each layer of a view (Eq. 3: 1; SimGCL: 0.1)
 
@@ -56,6 +59,12 @@ class PerFedRecPP(PerFedRec):
 
     def pretraining(self, round_index: int) -> bool:
         return round_index < self.config.pretrain_rounds
+
+    def client_optimizer(self, problem: LocalProblem) -> ClientOptimizer:
+        """Pre-training rounds step with ``pretrain_optimizer`` (the code: Adam at 50 × its lr 1e-3)."""
+        if self.pretraining(getattr(problem, "round", 0)):
+            return self.config.pretrain_optimizer
+        return super().client_optimizer(problem)
 
     def first_cluster_round(self) -> int:
         """``cluster_from`` counts from the end of pre-training."""
