@@ -358,18 +358,19 @@ def test_pretraining_views_do_not_depend_on_the_bucket():
     method, _ = make_method(PERFEDRECPP + ["method.pseudo_share=0"])
     rounds = round_of(method)
     users = rounds.sampler.users(0)
-    method.exchange(users, 0, rounds.privacy)
-    problem = method.problems(users, 0)[0]
+    sent = method.exchange(users, 0, rounds.privacy).sent
+    assert sent is not None and sent.shape[0] == min(256, method.env.n_users)  # the random users' rows
+    problem = method.problems(users, 0, sent)[0]
     user0, items0 = method.private.user[problem.batch.users], method.public.item[problem.items]
     bucket = method.local_loss(problem, user0, items0, {})
     for b in range(3):
-        alone = method.problems(problem.batch.users[b:b + 1], 0)[0]
+        alone = method.problems(problem.batch.users[b:b + 1], 0, sent)[0]
         loss = method.local_loss(alone, method.private.user[alone.batch.users], method.public.item[alone.items], {})
         torch.testing.assert_close(loss, bucket[b:b + 1], rtol=1e-5, atol=1e-6)
 
 
 def test_infonce_terms_equal_their_direct_forms():
-    from fedrun.method.perfedrecpp import item_infonce, user_infonce
+    from fedrun.method.perfedrecpp import item_infonce, random_user_infonce, user_infonce
     torch.manual_seed(0)
     B, Lu, V, d, tau = 2, 4, 5, 3, 0.2
     center1, center2 = torch.randn(B, d), torch.randn(B, d)
@@ -382,6 +383,11 @@ def test_infonce_terms_equal_their_direct_forms():
     for b in range(B):
         logits = torch.stack([cos(center1[b], center2[b], dim=0)] +
                              [cos(center1[b], neighbors2[j], dim=0) for j in range(V) if owner[j] == b]) / tau
+        torch.testing.assert_close(got[b], -torch.log_softmax(logits, 0)[0])
+    others = torch.randn(6, d)
+    got = random_user_infonce(center1, center2, others, tau)
+    for b in range(B):
+        logits = torch.stack([cos(center1[b], center2[b], dim=0)] + [cos(center1[b], o, dim=0) for o in others]) / tau
         torch.testing.assert_close(got[b], -torch.log_softmax(logits, 0)[0])
     items1, items2 = torch.randn(B, Lu, d), torch.randn(B, Lu, d)
     mask = torch.tensor([[True, True, True, False], [True, True, False, False]])
@@ -460,3 +466,22 @@ def test_central_graph_contrast_trains_and_ranks_without_noise(kind):
 def test_graph_contrast_needs_a_graph_backbone():
     with pytest.raises(ConfigError, match="contrast.kind"):
         make_method(["method=central", "backbone=mf", "method.contrast.kind=simgcl"])
+
+
+def test_clients_start_from_the_global_model_or_their_clusters():
+    """Algorithm 1 downloads the global model; ``train_from=cluster`` (the CIKM code) the cluster's."""
+    for source in ("global", "cluster"):
+        method, _ = make_method(PERFEDREC + [f"method.train_from={source}"])
+        rounds = round_of(method)
+        for r in range(3):
+            rounds.train_round(r)
+        users = rounds.sampler.users(3)
+        method.exchange(users, 3, rounds.privacy)
+        problem = method.problems(users, 3)[0]
+        rows = method.download_rows(problem)
+        if source == "global":
+            want = method.public.item[problem.items]
+        else:
+            want = method.clusters.tables[method.clusters.labels[problem.batch.users].unsqueeze(1), problem.items]
+            assert not torch.equal(want, method.public.item[problem.items])  # the cluster models have drifted
+        torch.testing.assert_close(rows, want)

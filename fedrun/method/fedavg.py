@@ -88,7 +88,7 @@ class FedAvg(FederatedMethod):
         problems = super().problems(users, round_index, sent)
         if self.ego is None:
             return problems
-        return [self.ego.attach(problem, round_index) for problem in problems]
+        return [self.ego.attach(problem, round_index, sent) for problem in problems]
 
     def prepare_ranking(self) -> None:
         if self.ego is not None:

@@ -8,9 +8,11 @@ graphs with the round's pseudo items (edge perturbation, Eq. 2) and propagate th
 noise injection (Eq. 3: a random vector of norm ``view_noise`` added to every layer's output,
 as in the authors' code and SimGCL); each client then takes InfoNCE (Eq. 4, cosine similarity,
 temperature ``tau``):
-  - users: its own two views are the positive pair; the negatives are the other users of its
-    ego graph (the neighbours the matching party sent) — Eq. 4 sums over all users, which no
-    client holds;
+  - users: its own two views are the positive pair; the negatives are ``user_negatives`` random
+    users whose shared rows the server sends the round's clients (Eq. 4 sums over all users, which
+    no client holds; the code draws 256 random users) — their layer-0 rows, as a client cannot
+    propagate outside its ego graph. ``user_negatives=0`` uses the client's neighbours instead,
+    which measured worse (they share its items: InfoNCE pushes it away from its likes);
   - items: each item of its local table, its two views positive, the table's other items negative;
 and uploads the deltas of its item rows, as in fine-tuning. Fine-tuning is PerFedRec's rounds.
 
@@ -30,9 +32,11 @@ import torch
 import torch.nn.functional as F
 
 from fedrun.core import hashrng
-from fedrun.core.seeding import derive_seed
+from fedrun.core.seeding import derive_seed, generator
 from fedrun.errors import check, check_positive
+from fedrun.method.federated import Exchange
 from fedrun.method.perfedrec import PerFedRec, PerFedRecConfig
+from fedrun.privacy.base import Privacy
 from fedrun.sim.batching import LocalProblem
 from fedrun.sim.ego import EgoGraphs, GraphProblem
 from fedrun.sim.local import ClientOptimizer, problem_loss
@@ -45,12 +49,15 @@ class PerFedRecPPConfig(PerFedRecConfig):
     pretrain_rounds: int = 10  # the paper's pre-training epochs (Fig. 6: 1, 3, 5, 10; one round each in the code)
     pretrain_optimizer: ClientOptimizer = field(default_factory=lambda: ClientOptimizer("adam", 0.05))  # the code's
     tau: float = 0.2  # InfoNCE temperature (the code)
+    user_negatives: int = 256  # users whose shared rows the server sends as negatives (the code: 256 random users)
     view_noise: float = 0.1  # norm of the noise added to each layer of a view (Eq. 3: 1; SimGCL: 0.1)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check(self.pretrain_rounds >= 0, "pretrain_rounds", self.pretrain_rounds, "an integer >= 0")
         check_positive("tau", self.tau)
+        check(self.user_negatives >= 0, "user_negatives", self.user_negatives,
+              "an integer >= 0 (0: the client's neighbours are its negatives)")
         check_positive("view_noise", self.view_noise, allow_zero=True)
 
 
@@ -70,6 +77,20 @@ class PerFedRecPP(PerFedRec):
         """``cluster_from`` counts from the end of pre-training."""
         return self.config.pretrain_rounds + self.config.cluster_from
 
+    def exchange(self, users: torch.Tensor, round_index: int, privacy: Privacy) -> Exchange:
+        """Pre-training rounds: the server also sends every client of the round the shared rows of
+        ``user_negatives`` random users (Eq. 4's other users; anonymous)."""
+        exchange = super().exchange(users, round_index, privacy)
+        count = self.config.user_negatives
+        if not self.pretraining(round_index) or not count:
+            return exchange
+        shared = self.ego.directory.shared
+        gen = generator(self.env.sim.seed, "pretrain-negatives", round_index)
+        chosen = torch.randperm(shared.shape[0], generator=gen)[:count].to(shared.device)
+        rows = shared[chosen]  # [S, d]
+        return Exchange(rows, exchange.bytes_up, exchange.bytes_down + rows.numel() * rows.element_size(),
+                        exchange.metrics)
+
     def local_loss(self, problem: GraphProblem, user: torch.Tensor, item_table: torch.Tensor,
                    net: dict[str, torch.Tensor]) -> torch.Tensor:
         if not self.pretraining(problem.round):
@@ -79,8 +100,11 @@ class PerFedRecPP(PerFedRec):
         views = [problem.ego.propagate_all(user, item_table, problem.layers,
                                            noise_injection(owner, key, seed, view, self.config.view_noise))
                  for view in (0, 1)]
-        return (user_infonce(views[0], views[1], problem.ego, self.config.tau)
-                + item_infonce(views[0][1], views[1][1], problem.item_mask, self.config.tau))
+        if problem.sent is not None:
+            user_term = random_user_infonce(views[0][0], views[1][0], problem.sent, self.config.tau)
+        else:
+            user_term = user_infonce(views[0], views[1], problem.ego, self.config.tau)
+        return user_term + item_infonce(views[0][1], views[1][1], problem.item_mask, self.config.tau)
 
     def fedsgd_exact(self) -> bool:
         return False
@@ -109,6 +133,15 @@ def user_infonce(view1, view2, ego: EgoGraphs, tau: float) -> torch.Tensor:
     top = positive.detach().scatter_reduce(0, owner, negative.detach(), "amax")  # [B] for stability
     total = torch.exp(positive - top).index_add(0, owner, torch.exp(negative - top[owner]))
     return top + torch.log(total) - positive
+
+
+def random_user_infonce(center1: torch.Tensor, center2: torch.Tensor, others: torch.Tensor, tau: float) -> torch.Tensor:
+    """[B]: −log e^{s(u', u'')/τ} / (e^{s(u', u'')/τ} + Σ_j e^{s(u', o_j)/τ}), o_j [S, d] the shared rows of
+    random users the server sent (a client cannot propagate outside its ego graph: their layer-0 rows)."""
+    positive = F.cosine_similarity(center1, center2, dim=-1).unsqueeze(1) / tau  # [B, 1]
+    negative = F.normalize(center1, dim=-1) @ F.normalize(others.to(center1.dtype), dim=-1).T / tau  # [B, S]
+    logits = torch.cat([positive, negative], 1)
+    return torch.logsumexp(logits, 1) - logits[:, 0]
 
 
 def item_infonce(items1: torch.Tensor, items2: torch.Tensor, item_mask: torch.Tensor, tau: float) -> torch.Tensor:

@@ -204,12 +204,12 @@ class EgoProtocol:
         """A resumed run's directory starts from the checkpoint's shared rows (registration is not redone)."""
         self.directory, self.restored = None, state.get("shared")
 
-    def attach(self, problem: LocalProblem, round_index: int) -> "GraphProblem":
-        """The bucket's problem with its ego graphs (the client links its positives); none with K = 0
-        layers (MF: nothing propagates)."""
+    def attach(self, problem: LocalProblem, round_index: int, sent: torch.Tensor | None = None) -> "GraphProblem":
+        """The bucket's problem with its ego graphs (the client links its positives; none with K = 0
+        layers: MF, nothing propagates) and what the round's download ``sent`` every client."""
         fields = {f.name: getattr(problem, f.name) for f in dataclasses.fields(LocalProblem)}
         if self.layers == 0:
-            return GraphProblem(**fields, ego=None, layers=0, round=round_index)
+            return GraphProblem(**fields, ego=None, layers=0, round=round_index, sent=sent)
         linked = torch.zeros_like(problem.item_mask)
         B = linked.shape[0]
         rows = torch.arange(B, device=linked.device).unsqueeze(1).expand_as(problem.pos_slot)
@@ -217,7 +217,7 @@ class EgoProtocol:
         seed = derive_seed(self.seed, "ego-neighbors", round_index)
         ego = EgoGraphs.build(self.directory, problem.batch.users, problem.items, problem.item_mask, linked,
                               self.cap, seed)
-        return GraphProblem(**fields, ego=ego, layers=self.layers, round=round_index)
+        return GraphProblem(**fields, ego=ego, layers=self.layers, round=round_index, sent=sent)
 
 
 @dataclass(frozen=True)
@@ -227,6 +227,7 @@ class GraphProblem(LocalProblem):
     ego: EgoGraphs | None = None
     layers: int = 0
     round: int = 0
+    sent: torch.Tensor | None = None  # what the round's download brought every client (PerFedRec++: negatives)
 
     def encode(self, user: torch.Tensor, item_table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.ego is None:  # K = 0: the rows themselves
