@@ -11,8 +11,9 @@ temperature ``tau``):
   - users: its own two views are the positive pair; the negatives are ``user_negatives`` random
     users whose shared rows the server sends the round's clients (Eq. 4 sums over all users, which
     no client holds; the code draws 256 random users) — their layer-0 rows, as a client cannot
-    propagate outside its ego graph. ``user_negatives=0`` uses the client's neighbours instead,
-    which measured worse (they share its items: InfoNCE pushes it away from its likes);
+    propagate outside its ego graph. ``user_negatives=0`` uses the client's neighbours instead
+    (they share its items, so InfoNCE pushes it away from users like it; measured in
+    docs/reproductions/perfedrecpp.md);
   - items: each item of its local table, its two views positive, the table's other items negative;
 and uploads the deltas of its item rows, as in fine-tuning. Fine-tuning is PerFedRec's rounds.
 
