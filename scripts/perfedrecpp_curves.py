@@ -42,7 +42,7 @@ def histories(client: MlflowClient, experiment: str) -> pd.DataFrame:
                          "epoch": point.step // per_epoch, "value": point.value})
         for point in client.get_metric_history(run.info.run_id, LOSS):
             rows.append({"row": row, "seed": int(params.get("sim.seed", 0)), "metric": LOSS,
-                         "epoch": (point.step - 1) // per_epoch + 1, "value": point.value})
+                         "epoch": point.step // per_epoch + 1, "value": point.value})  # round r is in epoch r // n + 1
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
