@@ -28,6 +28,7 @@ code's ``pretrain_noise`` (value not published) is configurable, default 0.1 (Si
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -46,9 +47,14 @@ NOISE_BITS = 24
 
 
 @dataclass
+class PretrainOptimizer(ClientOptimizer):
+    config_field: ClassVar[str] = "pretrain_optimizer"
+
+
+@dataclass
 class PerFedRecPPConfig(PerFedRecConfig):
     pretrain_rounds: int = 10  # the paper's pre-training epochs (Fig. 6: 1, 3, 5, 10; one round each in the code)
-    pretrain_optimizer: ClientOptimizer = field(default_factory=lambda: ClientOptimizer("adam", 0.05))  # the code's
+    pretrain_optimizer: PretrainOptimizer = field(default_factory=lambda: PretrainOptimizer("adam", 0.05))  # the code's
     tau: float = 0.2  # InfoNCE temperature (the code)
     user_negatives: int = 256  # users whose shared rows the server sends as negatives (the code: 256 random users)
     view_noise: float = 0.1  # norm of the noise added to each layer of a view (Eq. 3: 1; SimGCL: 0.1)

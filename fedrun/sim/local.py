@@ -9,7 +9,7 @@ per-client optimizers (DESIGN.md, "The vectorization principle" 1–2).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, ClassVar
 
 import torch
 
@@ -27,11 +27,14 @@ class ClientOptimizer:
     momentum: float = 0.0  # sgd only
     weight_decay: float = 0.0  # L2 on the client's local parameters
 
+    config_field: ClassVar[str] = "optimizer"  # the config field it is (what its errors name)
+
     def __post_init__(self) -> None:
-        check_choice("optimizer.name", self.name, ("sgd", "adam"))
-        check_positive("optimizer.lr", self.lr)
-        check(0 <= self.momentum < 1, "optimizer.momentum", self.momentum, "a number in [0, 1)")
-        check_positive("optimizer.weight_decay", self.weight_decay, allow_zero=True)
+        field = self.config_field
+        check_choice(f"{field}.name", self.name, ("sgd", "adam"))
+        check_positive(f"{field}.lr", self.lr)
+        check(0 <= self.momentum < 1, f"{field}.momentum", self.momentum, "a number in [0, 1)")
+        check_positive(f"{field}.weight_decay", self.weight_decay, allow_zero=True)
 
     def make(self, params: list[torch.Tensor]) -> torch.optim.Optimizer:
         if self.name == "adam":
