@@ -67,8 +67,8 @@ class FedAvg(FederatedMethod):
         self.num_negatives = 0 if env.backbone.config.loss == "mse" else config.num_negatives
         self.ego = None
         if env.backbone.user_context == "graph":
-            bb = env.backbone.config
-            self.ego = EgoProtocol(env.train, env.n_items, bb.layers, bb.neighbors, env.sim.seed)
+            backbone = env.backbone.config
+            self.ego = EgoProtocol(env.train, env.n_items, backbone.layers, backbone.neighbors, env.sim.seed)
             self.graph = BipartiteGraph.from_store(env.train)  # evaluation: the union of the local graphs
             self._tables: tuple[torch.Tensor, torch.Tensor] | None = None
 
@@ -81,8 +81,8 @@ class FedAvg(FederatedMethod):
         """Graph backbones: the round's clients refresh their shared embeddings before expanding."""
         if self.ego is None:
             return super().exchange(users, round_index, privacy)
-        sent = self.ego.refresh(self.private.user, users, round_index, privacy.privatize_embeddings)
-        return Exchange(bytes_up=float(sent))
+        bytes_up = self.ego.refresh(self.private.user, users, round_index, privacy.privatize_embeddings)
+        return Exchange(bytes_up=float(bytes_up))
 
     def problems(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None) -> list[LocalProblem]:
         problems = super().problems(users, round_index, sent)
@@ -97,6 +97,7 @@ class FedAvg(FederatedMethod):
     def user_queries(self, users: torch.Tensor, history) -> torch.Tensor:
         if self.ego is None:
             return super().user_queries(users, history)
+        self.ensure_prepared()
         return self._tables[0][users]
 
     def state_dict(self) -> dict:
