@@ -66,6 +66,14 @@ class Uploads:
             row_count=counts,
         )
 
+    def of_clients(self, keep: torch.Tensor) -> "Uploads":
+        """The uploads of the clients with ``keep`` [n_clients] set, renumbered 0..k-1 in their order."""
+        new_index = torch.cumsum(keep.long(), 0) - 1  # [n_clients]
+        rows = keep[self.row_client]
+        return Uploads(int(keep.sum()), new_index[self.row_client[rows]], self.row_item[rows], self.row_delta[rows],
+                       {k: v[keep] for k, v in self.dense.items()}, None if self.weight is None else self.weight[keep],
+                       None if self.row_count is None else self.row_count[rows])
+
     def to(self, device: torch.device) -> "Uploads":
         """The same uploads on ``device`` (what arrives at the server is on the server's device)."""
         def move(x):

@@ -42,11 +42,17 @@ def histories(client: MlflowClient, experiment: str) -> pd.DataFrame:
                          "epoch": point.step // per_epoch, "value": point.value})
         for point in client.get_metric_history(run.info.run_id, LOSS):
             rows.append({"row": row, "seed": int(params.get("sim.seed", 0)), "metric": LOSS,
-                         "epoch": point.step // per_epoch + 1, "value": point.value})  # round r is in epoch r // n + 1
+                         "epoch": epoch_of_round(point.step, per_epoch), "value": point.value})
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
     return frame.groupby(["row", "seed", "metric", "epoch"], as_index=False)["value"].mean()
+
+
+def epoch_of_round(round_index: int, per_epoch: int) -> int:
+    """The epoch (from 1) that round ``round_index`` (from 0) belongs to; validation after round r has
+    step r + 1, so a validation step s ends epoch s // per_epoch."""
+    return round_index // per_epoch + 1
 
 
 def epochs_to_best(frame: pd.DataFrame) -> pd.DataFrame:

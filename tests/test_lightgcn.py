@@ -247,21 +247,28 @@ def test_pseudo_items_replace_a_share_of_each_clients_pairs():
     assert torch.equal(part.pos, out.pos[5:9, :width]) and torch.equal(part_pseudo, pseudo[5:9, :width])
 
 
-def test_fedgnn_uploads_pseudo_rows_and_keeps_the_ego_graph_exact():
+def test_fedgnn_clients_train_and_link_their_pseudo_items():
+    """Each client trains max(1, ⌊0.25·n⌋) items it does not hold in place of held ones, links them in its
+    ego graph (Eq. 5: N ∪ N̂) and uploads their rows; the FedSGD shortcut is off."""
     method, env = make_method(["method=fedgnn", "method.pseudo_share=0.25", *GRAPH])
     rounds = round_of(method)
     users = rounds.sampler.users(0)
     method.exchange(users, 0, rounds.privacy)
-    problems = method.problems(users, 0)
-    replaced = 0
-    for problem in problems:
+    for problem in method.problems(users, 0):
         for b in range(problem.batch.size):
-            held = set(env.train.client_batch(problem.batch.users[b:b + 1]).pos[0].tolist())
-            trained = set(problem.batch.pos[b][problem.batch.pos_mask[b]].tolist())
-            replaced += len(trained - held)
-    assert replaced > 0
+            held = env.train.client_batch(problem.batch.users[b:b + 1]).pos[0]
+            trained = problem.batch.pos[b][problem.batch.pos_mask[b]]
+            n = held.numel()
+            pseudo = trained[~torch.isin(trained, held)]
+            assert pseudo.numel() == (max(1, n // 4) if n >= 2 else 0)
+            # every pseudo item's slot is linked to the client: an edge client -> slot node
+            slots = torch.nonzero(torch.isin(problem.items[b], pseudo) & problem.item_mask[b]).squeeze(1)
+            nodes = problem.batch.size + b * problem.items.shape[1] + slots
+            edges = problem.ego.src == b
+            assert torch.isin(nodes, problem.ego.dst[edges]).all()
+        uploads = method.client_step(problem).uploads
+        assert torch.isin(problem.items[problem.item_mask], uploads.row_item).all()
     assert not rounds.uses_fast_path
-    rounds.train_round(0)
 
 
 def test_fedgnn_runs_with_linf_ldp_on_both_uploads():
@@ -485,3 +492,21 @@ def test_clients_start_from_the_global_model_or_their_clusters():
             want = method.clusters.tables[method.clusters.labels[problem.batch.users].unsqueeze(1), problem.items]
             assert not torch.equal(want, method.public.item[problem.items])  # the cluster models have drifted
         torch.testing.assert_close(rows, want)
+
+
+def test_curve_script_counts_each_round_in_its_epoch_and_finds_the_best_one():
+    import importlib.util
+    from pathlib import Path
+
+    import pandas as pd
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "perfedrecpp_curves.py"
+    spec = importlib.util.spec_from_file_location("perfedrecpp_curves", path)
+    curves = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(curves)
+    assert [curves.epoch_of_round(r, 21) for r in (0, 20, 21, 41, 42)] == [1, 1, 2, 2, 3]
+    frame = pd.DataFrame({"row": ["a"] * 3 + ["b"] * 3, "seed": [1] * 6, "metric": [curves.VALID] * 6,
+                          "epoch": [1, 2, 3] * 2, "value": [.1, .3, .2, .4, .2, .1]})
+    best = curves.epochs_to_best(frame).set_index("row")
+    assert best.loc["a", "best_epoch"] == 2 and best.loc["b", "best_epoch"] == 1
+    assert best.loc["a", "best_valid_ndcg_at_20"] == .3

@@ -60,10 +60,6 @@ class LightGCN(MF):
     def user_context(self) -> str:
         return "graph"
 
-    def readout(self, layers: list[torch.Tensor]) -> torch.Tensor:
-        """The layer mean (Eq. 4) of [N, d] tensors e^(0..K)."""
-        return torch.stack(layers).mean(0)
-
 
 @dataclass(frozen=True)
 class BipartiteGraph:
@@ -79,11 +75,14 @@ class BipartiteGraph:
     def from_store(cls, store: ClientStore) -> "BipartiteGraph":
         """The graph of a client store's distinct (user, item) pairs (duplicates count once)."""
         keys = store.sorted_keys().unique()
-        user, item = keys // store.n_items, keys % store.n_items
-        user_degree = torch.bincount(user, minlength=store.n_users)
-        item_degree = torch.bincount(item, minlength=store.n_items)
+        return cls.from_edges(keys // store.n_items, keys % store.n_items, (store.n_users, store.n_items))
+
+    @classmethod
+    def from_edges(cls, user: torch.Tensor, item: torch.Tensor, shape: tuple[int, int]) -> "BipartiteGraph":
+        """The graph of the distinct edges (user [E], item [E]), normalised on their own degrees."""
+        user_degree = torch.bincount(user, minlength=shape[0])
+        item_degree = torch.bincount(item, minlength=shape[1])
         value = edge_norm(user_degree[user], item_degree[item])
-        shape = (store.n_users, store.n_items)
         return cls(sparse_csr(user, item, value, shape), sparse_csr(item, user, value, shape[::-1]),
                    user_degree, item_degree)
 
@@ -110,14 +109,8 @@ class BipartiteGraph:
     def dropped(self, keep: torch.Tensor) -> "BipartiteGraph":
         """The graph of the kept edges ``keep`` [nnz] (in ``norm``'s order), renormalised on their degrees
         (SGL's edge dropout)."""
-        coo = self.norm.to_sparse_coo().coalesce()
-        user, item = coo.indices()[0][keep], coo.indices()[1][keep]
-        user_degree = torch.bincount(user, minlength=self.norm.shape[0])
-        item_degree = torch.bincount(item, minlength=self.norm.shape[1])
-        value = edge_norm(user_degree[user], item_degree[item])
-        shape = tuple(self.norm.shape)
-        return BipartiteGraph(sparse_csr(user, item, value, shape), sparse_csr(item, user, value, shape[::-1]),
-                              user_degree, item_degree)
+        user, item = self.norm.to_sparse_coo().coalesce().indices()
+        return BipartiteGraph.from_edges(user[keep], item[keep], tuple(self.norm.shape))
 
     @property
     def n_edges(self) -> int:

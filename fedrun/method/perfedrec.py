@@ -140,9 +140,6 @@ class PerFedRec(FedGNN):
             self._pending = None
         return metrics
 
-    def fedsgd_exact(self) -> bool:
-        return False  # clients start from their cluster's rows
-
     # -- prediction (Eq. 6) ------------------------------------------------------------------------
     def prepare_ranking(self) -> None:
         super().prepare_ranking()  # the global model's tables

@@ -36,10 +36,10 @@ import torch.nn.functional as F
 from fedrun.core import hashrng
 from fedrun.core.seeding import derive_seed, generator
 from fedrun.errors import check, check_positive
+from fedrun.method.cl4fedrec import info_nce
 from fedrun.method.federated import Exchange
 from fedrun.method.perfedrec import PerFedRec, PerFedRecConfig
 from fedrun.privacy.base import Privacy
-from fedrun.sim.batching import LocalProblem
 from fedrun.sim.ego import EgoGraphs, GraphProblem
 from fedrun.sim.local import ClientOptimizer, problem_loss
 
@@ -74,9 +74,9 @@ class PerFedRecPP(PerFedRec):
     def pretraining(self, round_index: int) -> bool:
         return round_index < self.config.pretrain_rounds
 
-    def client_optimizer(self, problem: LocalProblem) -> ClientOptimizer:
+    def client_optimizer(self, problem: GraphProblem) -> ClientOptimizer:
         """Pre-training rounds step with ``pretrain_optimizer`` (the code: Adam at 50 × its lr 1e-3)."""
-        if self.pretraining(getattr(problem, "round", 0)):
+        if self.pretraining(problem.round):
             return self.config.pretrain_optimizer
         return super().client_optimizer(problem)
 
@@ -113,9 +113,6 @@ class PerFedRecPP(PerFedRec):
             user_term = user_infonce(views[0], views[1], problem.ego, self.config.tau)
         return user_term + item_infonce(views[0][1], views[1][1], problem.item_mask, self.config.tau)
 
-    def fedsgd_exact(self) -> bool:
-        return False
-
 
 def noise_injection(owner: torch.Tensor, key: torch.Tensor, seed: int, view: int, norm: float):
     """Eq. 3 per layer: x + norm · Δ/‖Δ‖ with Δ ~ U(0, 1)^d (the code's ``rand_like``), keyed by
@@ -145,10 +142,8 @@ def user_infonce(view1, view2, ego: EgoGraphs, tau: float) -> torch.Tensor:
 def random_user_infonce(center1: torch.Tensor, center2: torch.Tensor, others: torch.Tensor, tau: float) -> torch.Tensor:
     """[B]: −log e^{s(u', u'')/τ} / (e^{s(u', u'')/τ} + Σ_j e^{s(u', o_j)/τ}), o_j [S, d] the shared rows of
     random users the server sent (a client cannot propagate outside its ego graph: their layer-0 rows)."""
-    positive = F.cosine_similarity(center1, center2, dim=-1).unsqueeze(1) / tau  # [B, 1]
-    negative = F.normalize(center1, dim=-1) @ F.normalize(others.to(center1.dtype), dim=-1).T / tau  # [B, S]
-    logits = torch.cat([positive, negative], 1)
-    return torch.logsumexp(logits, 1) - logits[:, 0]
+    cosines = F.normalize(center1, dim=-1) @ F.normalize(others.to(center1.dtype), dim=-1).T  # [B, S]
+    return info_nce(center1, center2, cosines, tau)
 
 
 def item_infonce(items1: torch.Tensor, items2: torch.Tensor, item_mask: torch.Tensor, tau: float) -> torch.Tensor:

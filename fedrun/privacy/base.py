@@ -44,6 +44,6 @@ class Privacy:
         """vectors [B, d], one per client → what leaves those clients."""
         return vectors
 
-    def epsilon_per_upload(self, dim: int | None = None) -> float | None:
-        """ε of one protected vector (None: no formal guarantee)."""
+    def epsilon_per_upload(self, dim: int) -> float | None:
+        """ε of one protected ``dim``-dimensional vector (None: no formal guarantee)."""
         return None

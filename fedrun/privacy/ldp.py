@@ -64,13 +64,17 @@ def clip_rows(vectors: torch.Tensor, norm: str, bound: float) -> torch.Tensor:
     return vectors * torch.clamp(bound / size.clamp_min(1e-30), max=1.0)
 
 
+def l1_spread(norm: str, dim: int) -> float:
+    """c₁(p): the largest L1 norm of a d-dimensional vector of L_p norm 1."""
+    return {"l1": 1.0, "l2": math.sqrt(dim), "linf": float(dim)}[norm]
+
+
 def noise_scale(config: LDPConfig, dim: int) -> float:
     """Laplace scale b or Gaussian σ per coordinate for d-dimensional vectors (module docstring)."""
     if config.scale is not None:
         return config.scale
     if config.mechanism == "laplace":
-        spread = {"l1": 1.0, "l2": math.sqrt(dim), "linf": float(dim)}[config.norm]
-        return 2 * config.clip * spread / config.epsilon
+        return 2 * config.clip * l1_spread(config.norm, dim) / config.epsilon
     spread = {"l1": 1.0, "l2": 1.0, "linf": math.sqrt(dim)}[config.norm]
     return 2 * config.clip * spread * math.sqrt(2 * math.log(1.25 / config.delta)) / config.epsilon
 
@@ -113,10 +117,9 @@ class LDP(Privacy):
         return Uploads(uploads.n_clients, uploads.row_client, uploads.row_item,
                        self.perturb(uploads.row_delta, generator), uploads.dense, uploads.weight)
 
-    def epsilon_per_upload(self, dim: int | None = None) -> float:
+    def epsilon_per_upload(self, dim: int) -> float:
         """ε of one protected vector: the configured one, or with ``scale`` set, 2δ·c₁(p)/λ for d = ``dim``."""
         config = self.config
         if config.scale is None:
             return config.epsilon
-        spread = {"l1": 1.0, "l2": math.sqrt(dim or 1), "linf": float(dim or 1)}[config.norm]
-        return 2 * config.clip * spread / config.scale
+        return 2 * config.clip * l1_spread(config.norm, dim) / config.scale

@@ -81,7 +81,7 @@ class ClusterModels:
         out = []
         for k in range(self.n_clusters):
             members = cluster == k
-            out.append(rule(select_clients(uploads, members)) if bool(members.any()) else None)
+            out.append(rule(uploads.of_clients(members)) if bool(members.any()) else None)
         return out
 
     @torch.no_grad()
@@ -96,12 +96,3 @@ class ClusterModels:
     def load_state_dict(self, state: dict) -> None:
         self.labels, self.tables, self.centers = state["labels"], state["tables"], state["centers"]
 
-
-def select_clients(uploads: Uploads, keep: torch.Tensor) -> Uploads:
-    """The uploads of the clients with ``keep`` [n_clients] set, renumbered 0..k-1."""
-    new_index = torch.cumsum(keep.long(), 0) - 1  # [n_clients]
-    rows = keep[uploads.row_client]
-    return Uploads(int(keep.sum()), new_index[uploads.row_client[rows]], uploads.row_item[rows],
-                   uploads.row_delta[rows], {k: v[keep] for k, v in uploads.dense.items()},
-                   None if uploads.weight is None else uploads.weight[keep],
-                   None if uploads.row_count is None else uploads.row_count[rows])

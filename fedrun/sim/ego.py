@@ -160,7 +160,7 @@ class EgoGraphs:
 
     def node_keys(self, users: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per node, (its client's user id, a key naming the node within that client: 0 the client,
-        1 + slot for its items, 1 + Lu_max + rank for its neighbours) — the same whatever the bucket."""
+        1 + slot for its items, 2³² + rank for its neighbours) — the same whatever the bucket."""
         B, Lu = self.n_clients, self.width
         device = users.device
         slot = torch.arange(Lu, device=device).repeat(B)  # [B·Lu]
