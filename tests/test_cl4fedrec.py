@@ -28,7 +28,9 @@ from tests.conftest import CPU_ORACLE, make_method, round_of
 from tests.test_privacy_boundary import Poison, reachable
 
 NCF = ["backbone=ncf", "backbone.variant=mlp", "backbone.dim=8", "backbone.layers=[16,8,4]", CPU_ORACLE]
-CL = ["method=cl4fedrec", "method.synthetic_users=6", "method.synthetic_items=5", "method.synthetic_fit_steps=20"] + NCF
+# the mechanics under the paper's optimizer as printed (Adam, summed losses) and a plain mean server
+CL = ["method=cl4fedrec", "method.synthetic_users=6", "method.synthetic_items=5", "method.synthetic_fit_steps=20",
+      "method.optimizer.name=adam", "method.loss_reduction=sum", "defense=mean"] + NCF
 
 
 def cos(a, b):
@@ -171,7 +173,7 @@ def test_the_vectorized_client_step_equals_one_client_at_a_time(extra):
 
 def test_without_contrastive_terms_cl4fedrec_is_fedavg():
     common = NCF + ["method.optimizer.name=adam", "method.optimizer.lr=0.01", "method.num_negatives=4",
-                    "method.loss_reduction=sum"]
+                    "method.loss_reduction=sum", "defense=mean"]
     cl, _ = make_method(["method=cl4fedrec", "method.user_cl=none", "method.item_cl=none"] + common)
     plain, _ = make_method(["method=fedavg"] + common)
     for r in range(3):

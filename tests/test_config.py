@@ -17,12 +17,13 @@ from fedrun.sim.config import SimConfig
 from tests.conftest import SMALL, compose_cfg
 
 CONF = Path(config_dir())
-OPTIONS = sorted(p for p in CONF.glob("*/*.yaml") if p.parent.name not in ("experiment",))
+OPTIONS = sorted(p for p in CONF.glob("*/*.yaml") if p.parent.name not in ("experiment", "setting"))
 
 
 @pytest.mark.parametrize("path", OPTIONS, ids=[f"{p.parent.name}={p.stem}" for p in OPTIONS])
 def test_every_option_resolves_and_validates(path):
     node = OmegaConf.load(path)
+    node.pop("defaults", None)  # a method's paper setting of the other groups (conf/setting/)
     group = path.parent.name
     if group == "sim":
         parse_config(SimConfig, node, group)
@@ -155,3 +156,79 @@ def test_a_bucket_budget_below_the_largest_client_is_refused_before_training():
     """sim.max_slots=1 used to be accepted and ran every client alone (minutes per round)."""
     with pytest.raises(ConfigError, match=r"sim.max_slots=1 .* at least \d+: the largest client"):
         experiment.run(compose_cfg(SMALL + ["sim.max_slots=1"]))
+
+
+# What `fedrun method=X` runs with nothing else: the paper's setting of the other groups (conf/setting/,
+# selected in each method's defaults list). (backbone, privacy, eval, defense, sim.clients_per_round)
+PAPER_SETTING = {
+    "fedcl": ("fedcl/gru4rec", "ldp", "full", "mean", 16),
+    "bil": ("fedcl/gru4rec", "none", "full", "mean", 16),
+    "lightfr": ("binary-mf", "none", "lightfr/sampled", "mean", 0.6),
+    **{m: ("lightfr/pmf", "none", "lightfr/sampled", "mean", 0.6)
+       for m in ("fcf", "fedmf", "metamf", "privrec", "svdpp", "median_quantized")},
+    "fedrec": ("pmf", "none", "full", "mean", "all"),
+    "fedrecpp": ("pmf", "none", "full", "mean", "all"),
+    **{m: ("rcl4fedrec/ncf", "none", "full", "sum", 256) for m in ("cl4fedrec", "rcl4fedrec", "simgcl", "union")},
+    **{m: ("perfedrecpp/lightgcn", "perfedrecpp/ldp", "full", "mean", 256)
+       for m in ("fedgnn", "perfedrec", "perfedrecpp")},
+    **{m: ("mf", "none", "full", "mean", 256) for m in ("fedavg", "central", "pop")},  # no paper of their own
+}
+
+
+def test_every_method_is_in_the_paper_setting_table():
+    assert set(PAPER_SETTING) == {p.stem for p in (CONF / "method").glob("*.yaml")}
+
+
+@pytest.mark.parametrize("method", sorted(PAPER_SETTING))
+def test_a_bare_method_runs_its_papers_setting(method):
+    cfg = compose_cfg([f"method={method}"])
+    choices = cfg.choices
+    assert (choices.backbone, choices.privacy, choices.eval, choices.defense, cfg.sim.clients_per_round) == \
+        PAPER_SETTING[method]
+    plan(cfg)  # and the combination validates
+
+
+def test_the_command_line_wins_over_a_methods_paper_setting():
+    cfg = compose_cfg(["method=fedcl", "backbone=mf", "privacy=none", "sim.clients_per_round=5", "eval.ks=[3]"])
+    assert (cfg.choices.backbone, cfg.choices.privacy, cfg.sim.clients_per_round, list(cfg.eval.ks)) == \
+        ("mf", "none", 5, [3])
+
+
+def test_a_presets_rows_win_over_their_methods_paper_setting():
+    fed = compose_cfg(["+experiment=fedcl/table2", "row=fedcl/fed"])  # "+Fed": FedCL's method without LDP
+    assert (fed.choices.method, fed.choices.privacy, fed.choices.backbone) == ("fedcl", "none", "fedcl/ncf")
+    hics = compose_cfg(["+experiment=rcl4fedrec/table3", "row=rcl4fedrec/cl4fedrec_hics"])
+    assert hics.choices.defense == "hics" and hics.defense.reduce == "sum"
+
+
+def flat(node, prefix: str = "") -> dict:
+    out = {}
+    for key, value in node.items():
+        out.update(flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key: value})
+    return out
+
+
+# The README's paper commands and the preset cell each one equals: the preset's measured numbers are what the
+# command gives. (Beauty's S3-Rec files are 5-core: dataset.min_item_count=5 removes no item there.)
+README_EQUALS_PRESET = [
+    ("method=fedcl dataset=beauty dataset.min_item_count=5",
+     "+experiment=fedcl/table3 row=fedcl/fedcl dataset=beauty backbone=fedcl/gru4rec"),
+    ("method=fedrecpp dataset=ml-100k dataset.split.protocol=predefined dataset.split.valid=false",
+     "+experiment=fedrecpp/table2 row=fedrecpp/fedrecpp_rho1"),
+    ("method=lightfr dataset=filmtrust dataset.variant=lightfr dataset.split.protocol=predefined",
+     "+experiment=lightfr/table5 row=lightfr/lightfr"),
+    ("method=cl4fedrec dataset=ml-1m dataset.variant=split80-20 dataset.split.protocol=predefined "
+     "dataset.split.valid_ratio=0.1", "+experiment=rcl4fedrec/table2 row=rcl4fedrec/cl4fedrec"),
+    ("method=perfedrecpp dataset=yelp-perfedrec", "+experiment=perfedrecpp/table4 row=perfedrecpp/perfedrecpp"),
+    ("method=fedgnn dataset=yelp-perfedrec", "+experiment=perfedrecpp/table4 row=perfedrecpp/fedgnn"),
+]
+
+
+@pytest.mark.parametrize("command,preset", README_EQUALS_PRESET, ids=[c.split()[0] for c, _ in README_EQUALS_PRESET])
+def test_a_papers_command_runs_what_its_preset_measured(command, preset):
+    def values(overrides: str) -> dict:
+        cfg = flat(OmegaConf.to_container(compose_cfg(overrides.split()), resolve=True))
+        return {k: v for k, v in cfg.items()  # names of what runs, not what runs
+                if not k.startswith(("choices.", "paper.", "figure.")) and k not in ("row", "experiment_name")}
+
+    assert values(command) == values(preset)

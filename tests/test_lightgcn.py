@@ -283,7 +283,7 @@ def test_fedgnn_runs_with_linf_ldp_on_both_uploads():
 
 # -- PerFedRec: clusters, selection, the prediction mixture --------------------------------------------
 
-PERFEDREC = ["method=perfedrec", "method.clusters=3", *GRAPH]
+PERFEDREC = ["method=perfedrec", "method.clusters=3", "privacy=none", *GRAPH]
 
 
 def test_cluster_aggregation_equals_fedavg_one_cluster_at_a_time():

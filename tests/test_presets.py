@@ -136,3 +136,20 @@ def test_a_sweep_never_sets_a_group_its_rows_override(preset, sweep):
             for key in (entry if isinstance(entry, dict) else {}):
                 overridden.add(key.removeprefix("override ").strip("/"))
     assert not overridden & set(sweep), f"{preset} sweeps {sorted(overridden & set(sweep))}, which its rows set"
+
+
+def row_choices(row: str) -> dict[str, str]:
+    """The group options a row's own defaults list selects (`override /G: X`)."""
+    node = OmegaConf.to_container(OmegaConf.load(Path(config_dir()) / "row" / f"{row}.yaml"))
+    return {key.removeprefix("override ").strip("/"): str(value)
+            for entry in node.get("defaults", []) if isinstance(entry, dict) for key, value in entry.items()}
+
+
+@pytest.mark.parametrize("preset,row,backbone", presets())
+def test_every_row_runs_the_options_it_names(preset, row, backbone):
+    """What a row selects is what runs: neither its preset's common file nor its method's paper setting
+    (conf/setting/) may override it. rCL4FedRec's defended rows used to run the plain sum, the common file's
+    `override /defense: sum` winning over the row's Krum, Median, Trimmed mean and HiCS."""
+    cfg = compose_cfg([f"+experiment={preset}", f"row={row}"] + ([f"backbone={backbone}"] if backbone else []))
+    wanted = {group: option for group, option in row_choices(row).items() if not (group == "backbone" and backbone)}
+    assert {group: cfg.choices[group] for group in wanted} == wanted

@@ -32,9 +32,11 @@ SEEDLESS_SPLITS = ("loo", "temporal_ratio")  # protocols whose split the data-sp
 DEFAULT_METRICS = ["test_hr_at_10", "test_ndcg_at_10", "test_recall_at_20", "test_ndcg_at_20", "test_mae", "test_rmse"]
 
 
-def collect(client, exp_id: str) -> pd.DataFrame:
+def collect(client, exp_id: str, parent: str | None = None) -> pd.DataFrame:
+    """The experiment's runs (or only the child runs of sweep ``parent``), one row each."""
     rows = []
-    for run in client.search_runs([exp_id], max_results=50000):
+    children = f"tags.mlflow.parentRunId = '{parent}'" if parent else ""
+    for run in client.search_runs([exp_id], filter_string=children, max_results=50000):
         if run.data.tags.get("fedrun.kind") in ("report", "sweep"):  # a report's or a sweep's own record
             continue
         rows.append({"run_id": run.info.run_id, "status": run.info.status, "start_time": run.info.start_time,
@@ -128,6 +130,53 @@ def paper_sections(done: pd.DataFrame, paper: dict, preset: str, out: Path, file
     return text
 
 
+def render(frame: pd.DataFrame, title: str, metrics: list[str], out: Path) -> tuple[str, list[Path]]:
+    """The report of ``frame``'s runs: its Markdown text, and the files written under ``out`` (the table as
+    CSV and Markdown; with one preset, its paper sections and figures)."""
+    frame, superseded = drop_reruns(frame)
+    header, rows = summarize(frame, metrics)
+    table = markdown(header, rows)
+    failed = frame[frame["status"] != "FINISHED"]
+    failed_lines = [f"- {r.run_id} {r.status}: {r.reason or 'no reason recorded'}" for r in failed.itertuples()]
+    text = f"# {title}: mean ± std over seeds\n\n{table}\n"
+    if "floor " in table:
+        text += ("\n(≤ floor x): at or below the popularity floor of the row's split and protocol (for errors: "
+                 "at or above the user + item bias baseline) — the row learned nothing a count could not.\n")
+    out.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows, columns=header).to_csv(out / "report.csv", index=False)
+    files = [out / "report.csv", out / "report.md"]
+    presets = frame["param:choices.experiment"].dropna().unique() if "param:choices.experiment" in frame else []
+    paper = preset_paper(str(presets[0]), Path(config_dir())) if len(presets) == 1 else None
+    if paper is not None:
+        text += paper_sections(frame[frame["status"] == "FINISHED"], paper, str(presets[0]), out, files)
+    if len(presets) == 1 and str(presets[0]).startswith("robustness/"):
+        section, made = matrix.render(frame[frame["status"] == "FINISHED"], str(presets[0]), Path(config_dir()), out)
+        text, files = text + section, files + made
+    if len(superseded):
+        lines = [f"- {r.run_id}" for r in superseded.itertuples()]
+        text += (f"\n## Reruns superseded by a later run of the same options and seeds ({len(lines)})\n\n"
+                 + "\n".join(lines) + "\n")
+    if failed_lines:
+        text += f"\n## Runs that did not finish ({len(failed_lines)})\n\n" + "\n".join(failed_lines) + "\n"
+    (out / "report.md").write_text(text)
+    return text, files
+
+
+def report_sweep(uri: str, parent_run_id: str, out: Path) -> str | None:
+    """A sweep's own report (its child runs only), written under ``out`` and logged on its parent run under
+    ``report/``; the Markdown text, or None when the sweep recorded no run."""
+    client = open_client(uri)
+    parent = client.get_run(parent_run_id)
+    frame = collect(client, parent.info.experiment_id, parent=parent_run_id)
+    if frame.empty:
+        return None
+    name = client.get_experiment(parent.info.experiment_id).name
+    text, files = render(frame, f"{name}, sweep {parent.info.run_name}", DEFAULT_METRICS, out)
+    for path in files:
+        client.log_artifact(parent_run_id, str(path), artifact_path="report")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fedrun-report", description=__doc__.splitlines()[0])
     parser.add_argument("experiment", help="MLflow experiment name (e.g. the dataset name, or a preset's name)")
@@ -155,33 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.ledger:
         ledger.write(frame, args.ledger)
-    frame, superseded = drop_reruns(frame)
-    header, rows = summarize(frame, args.metrics)
-    table = markdown(header, rows)
-    failed = frame[frame["status"] != "FINISHED"]
-    failed_lines = [f"- {r.run_id} {r.status}: {r.reason or 'no reason recorded'}" for r in failed.itertuples()]
-    text = f"# {args.experiment}: mean ± std over seeds\n\n{table}\n"
-    if "floor " in table:
-        text += ("\n(≤ floor x): at or below the popularity floor of the row's split and protocol (for errors: "
-                 "at or above the user + item bias baseline) — the row learned nothing a count could not.\n")
-    out = Path(args.out) / args.experiment
-    out.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(rows, columns=header).to_csv(out / "report.csv", index=False)
-    files = [out / "report.csv", out / "report.md"]
-    presets = frame["param:choices.experiment"].dropna().unique() if "param:choices.experiment" in frame else []
-    paper = preset_paper(str(presets[0]), Path(config_dir())) if len(presets) == 1 else None
-    if paper is not None:
-        text += paper_sections(frame[frame["status"] == "FINISHED"], paper, str(presets[0]), out, files)
-    if len(presets) == 1 and str(presets[0]).startswith("robustness/"):
-        section, made = matrix.render(frame[frame["status"] == "FINISHED"], str(presets[0]), Path(config_dir()), out)
-        text, files = text + section, files + made
-    if len(superseded):
-        lines = [f"- {r.run_id}" for r in superseded.itertuples()]
-        text += (f"\n## Reruns superseded by a later run of the same options and seeds ({len(lines)})\n\n"
-                 + "\n".join(lines) + "\n")
-    if failed_lines:
-        text += f"\n## Runs that did not finish ({len(failed_lines)})\n\n" + "\n".join(failed_lines) + "\n"
-    (out / "report.md").write_text(text)
+    text, files = render(frame, args.experiment, args.metrics, Path(args.out) / args.experiment)
     run = client.create_run(experiment_id(client, args.experiment), run_name="report",
                             tags={"fedrun.kind": "report", "mlflow.runName": "report"})
     for path in files:

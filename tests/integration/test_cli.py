@@ -62,6 +62,11 @@ def test_multirun_sweep_records_every_job_and_report_summarizes(tmp_path):
     # the sweep is one parent run holding its command line, each job its child
     assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {parent.info.run_id}
     assert parent.info.status == "FINISHED" and "method=pop,fedavg" in parent.data.params["overrides"]
+    # the sweep's own report: printed at its end and logged on the parent, one row per method over 2 seeds
+    logged = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
+    assert {"report/report.md", "report/report.csv"} <= logged
+    table = Path(client.download_artifacts(parent.info.run_id, "report/report.md", str(tmp_path))).read_text()
+    assert "| fedavg " in table and "| pop " in table and "| 2 " in table and table.split("\n", 1)[0] in result.stdout
     report = subprocess.run([REPORT, "sweep", "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert report.returncode == 0, report.stderr
     assert "| fedavg" in report.stdout and "| pop" in report.stdout
