@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+SHOWN_CHARS = 300  # of a refused value in its error message (paths and URIs stay whole)
+
 
 class FedrunError(Exception):
     """Base class: an error caused by the user's input, with a message that says how to fix it."""
@@ -14,7 +16,10 @@ class ConfigError(FedrunError):
 
     def __init__(self, field: str, value: Any, allowed: str):
         self.field, self.value, self.allowed = field, value, allowed
-        super().__init__(f"{field}={value!r} is not allowed: expected {allowed}.")
+        shown = repr(value)
+        if len(shown) > SHOWN_CHARS:  # a 600-character name: its start and its size are enough
+            shown = f"{shown[:SHOWN_CHARS]}… ({len(str(value))} characters)"
+        super().__init__(f"{field}={shown} is not allowed: expected {allowed}.")
 
     def prefixed(self, group: str) -> "ConfigError":
         field = self.field if self.field.startswith(group + ".") else f"{group}.{self.field}"

@@ -41,6 +41,7 @@ from fedrun.simulator.trainer import Trainer, trainer_for
 from fedrun.sweep import OVERRIDES
 from fedrun.sweep import marker as sweep_marker
 from fedrun.track.base import Tracker
+from fedrun.track.mlflow import check_experiment_name
 from fedrun.validate import check_run, check_selection
 
 log = logging.getLogger("fedrun")
@@ -92,6 +93,7 @@ def plan(cfg: DictConfig) -> Plan:
         cfg=cfg,
     )
     check_combination(classes["method"], p.method_config, p.backbone, p.privacy, p.attack, p.defense, p.choices)
+    check_experiment_name("experiment_name", cfg.get("experiment_name"))  # a preset's; track.experiment: its Config
     return p
 
 

@@ -106,6 +106,12 @@ def presets_using(group: str, option: str) -> list[str]:
     return found
 
 
+def settings_of(path: Path) -> list[str]:
+    """The paper settings (``conf/setting/...``) an option's defaults list includes."""
+    entries = OmegaConf.to_container(OmegaConf.load(path)).get("defaults", []) or []
+    return [e.lstrip("/") for e in entries if isinstance(e, str) and e.lstrip("/").startswith("setting/")]
+
+
 def describe(selection: str) -> str:
     group, _, option = selection.partition("=")
     if group not in GROUPS or not option:
@@ -113,9 +119,14 @@ def describe(selection: str) -> str:
                           f"got {selection!r}")
     if option not in options(group):
         raise FedrunError(f"{group}={option} is not an option: {', '.join(options(group))}")
-    defaults = (Path(config_dir()) / group / f"{option}.yaml").read_text().rstrip()
+    path = Path(config_dir()) / group / f"{option}.yaml"
+    defaults = path.read_text().rstrip()
     lines = [f"{group}={option}", "", docstring(target_of(group, option)) or summary(group, option), "",
              f"defaults (conf/{group}/{option}.yaml):", *("  " + line for line in defaults.splitlines())]
+    for setting in settings_of(path):  # the paper's setting of the other groups it selects
+        text = (Path(config_dir()) / f"{setting}.yaml").read_text().rstrip()
+        lines += ["", f"its paper's setting of the other groups (conf/{setting}.yaml):",
+                  *("  " + line for line in text.splitlines())]
     compat = compatibility(group, option)
     if compat:
         lines += ["", "runs with:", *compat]

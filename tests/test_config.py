@@ -212,7 +212,7 @@ def flat(node, prefix: str = "") -> dict:
 # command gives. (Beauty's S3-Rec files are 5-core: dataset.min_item_count=5 removes no item there.)
 README_EQUALS_PRESET = [
     ("method=fedcl dataset=beauty dataset.min_item_count=5",
-     "+experiment=fedcl/table3 row=fedcl/fedcl dataset=beauty backbone=fedcl/gru4rec"),
+     "+experiment=fedcl/table2 row=fedcl/fedcl dataset=beauty backbone=fedcl/gru4rec"),
     ("method=fedrecpp dataset=ml-100k dataset.split.protocol=predefined dataset.split.valid=false",
      "+experiment=fedrecpp/table2 row=fedrecpp/fedrecpp_rho1"),
     ("method=lightfr dataset=filmtrust dataset.variant=lightfr dataset.split.protocol=predefined",

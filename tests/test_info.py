@@ -49,3 +49,10 @@ def test_bad_selections_are_one_line_errors(argument, message):
 def test_hydra_help_still_works():
     out = subprocess.run([FEDRUN, "--help"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "method" in out.stdout
+
+
+def test_a_method_shows_the_paper_setting_it_selects():
+    text = describe("method=perfedrecpp")
+    assert "its paper's setting of the other groups (conf/setting/perfedrecpp.yaml)" in text
+    assert "override /backbone: perfedrecpp/lightgcn" in text and "keep_best: true" in text
+    assert "conf/setting" not in describe("method=fedavg")  # no paper of its own

@@ -30,7 +30,7 @@ def test_runs_started_together_on_a_fresh_sqlite_store_all_land(tmp_path):
     assert {run.info.status for run in runs} == {"FINISHED"}
 
 
-@pytest.mark.parametrize("case", ["no server", "not a database", "no folder"])
+@pytest.mark.parametrize("case", ["no server", "not a database", "no folder", "unknown scheme", "full disk"])
 def test_a_broken_tracking_store_is_one_named_line_before_any_data_is_read(case, tmp_path, monkeypatch):
     """A server that does not answer, a file that is not a SQLite database, a folder that cannot exist:
     refused within seconds by name (MLflow's client retried a dead server for minutes)."""
@@ -48,9 +48,16 @@ def test_a_broken_tracking_store_is_one_named_line_before_any_data_is_read(case,
     elif case == "not a database":
         (tmp_path / "bad.db").write_text("not sqlite")
         uri = f"sqlite:///{tmp_path / 'bad.db'}"
-    else:
+    elif case == "no folder":
         (tmp_path / "file").write_text("")
         uri = f"sqlite:///{tmp_path / 'file' / 'below' / 'mlflow.db'}"  # a folder under a file
+    elif case == "unknown scheme":  # MLflow's own error came after the data was loaded, at run creation
+        uri = "ftp://127.0.0.1/store"
+    else:  # the store's disk has no room: creating the run failed with "'NoneType' object has no attribute"
+        import shutil
+
+        uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+        monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10 << 30, 10 << 30, 4096))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "no-data-here"))
     started = time.perf_counter()
@@ -58,3 +65,19 @@ def test_a_broken_tracking_store_is_one_named_line_before_any_data_is_read(case,
         plan(compose_cfg(SMALL + ["track=mlflow"]))
     assert refused.value.field == "MLFLOW_TRACKING_URI" and uri in str(refused.value)
     assert time.perf_counter() - started < 10
+
+
+@pytest.mark.parametrize("override,field", [("track.experiment=" + "x" * 257, "track.experiment"),
+                                            ("experiment_name=" + "y" * 300, "experiment_name")])
+def test_an_experiment_name_the_store_cannot_hold_is_refused_before_any_data_is_read(override, field, tmp_path,
+                                                                                      monkeypatch):
+    """MLflow keeps 256 characters of a name: a longer one failed at run creation, after the data was loaded,
+    as "'NoneType' object has no attribute 'experiment_id'"."""
+    from fedrun.errors import ConfigError
+    from fedrun.experiment import plan
+    from tests.conftest import SMALL, compose_cfg
+
+    monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "no-data-here"))
+    with pytest.raises(ConfigError) as refused:
+        plan(compose_cfg([o for o in SMALL if o != "track=none"] + ["track=mlflow", override]))
+    assert refused.value.field == field

@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import shutil
 import sqlite3
 import time
 import urllib.request
@@ -27,6 +28,7 @@ SWEEP_PARENTS = ".fedrun-parents.json"  # in a sweep's folder: its parent run pe
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 MAX_PARAMS = 100  # ... and of params
 CHECKPOINT_DIR = "checkpoint"
+MAX_NAME = 256  # MLflow's experiment names: a 256-character column in its SQL stores
 
 
 @dataclass
@@ -37,24 +39,34 @@ class MlflowConfig:
 
     def __post_init__(self) -> None:
         check(self.flush_every >= 1, "flush_every", self.flush_every, "an integer >= 1")
+        check_experiment_name("track.experiment", self.experiment)
+
+
+def check_experiment_name(field: str, name: object) -> None:
+    """An experiment name the store can hold (MLflow's SQL stores keep 256 characters)."""
+    check(name is None or len(str(name)) <= MAX_NAME, field, name, f"a name of at most {MAX_NAME} characters")
 
 
 class TrackingError(FedrunError):
     """The tracking store failed during a run (read-only or full SQLite file, a server that went away)."""
 
 
+RESUME_HINT = ("The run's last periodic checkpoint (sim.checkpoint_every) can be resumed with sim.resume=<its path> "
+               "once the store works again.")
+
+
 @contextlib.contextmanager
-def store_call(uri: str, what: str) -> Iterator[None]:
-    """Translate any failure of the store into one ``TrackingError`` line naming the store and the step."""
+def store_call(uri: str, what: str, hint: str = RESUME_HINT) -> Iterator[None]:
+    """Translate any failure of the store into one ``TrackingError`` line naming the store and the step
+    (``hint``: what the user can do; by default, resume from the last checkpoint)."""
     try:
         yield
     except FedrunError:
         raise
     except Exception as err:  # MlflowException, sqlite3 / SQLAlchemy errors, OSError, HTTP errors
         cause = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise TrackingError(f"The tracking store {uri} failed while {what}: {cause[:300]}. The run's last periodic "
-                            "checkpoint (sim.checkpoint_every) can be resumed with sim.resume=<its path> once the "
-                            "store works again.") from None
+        raise TrackingError(f"The tracking store {uri} failed while {what}: {cause[:300]}." + (f" {hint}" if hint else
+                                                                                              "")) from None
 
 
 def default_uri() -> str:
@@ -80,7 +92,7 @@ class Mlflow(Tracker):
     def start(self, experiment: str, run_name: str, params: dict[str, Any], tags: dict[str, str]) -> None:
         from mlflow.entities import Param
 
-        with store_call(self.uri, "creating the run"):
+        with store_call(self.uri, "creating the run", hint="Nothing was trained."):
             self.client = self._client()
             self.experiment_id = experiment_id(self.client, experiment)
             run = self.client.create_run(self.experiment_id, run_name=run_name,
@@ -231,10 +243,20 @@ class Mlflow(Tracker):
 PROBE_SECONDS = 5  # a tracking server must answer its health check within this
 
 
+SQL_STORES = ("postgresql", "mysql", "mssql")  # SQLAlchemy URIs MLflow takes, with an optional +driver
+MIN_FREE_BYTES = 1 << 20  # a SQLite store's disk must have this much room for a run's records
+
+
 def check_store(uri: str, field: str) -> None:
-    """Fail fast, in one line naming the URI, when the tracking store cannot take a run: a server that
-    does not answer within ``PROBE_SECONDS`` (MLflow's own client would retry for minutes), a SQLite file
-    that is not writable or not a database. A server that answers gets MLflow's HTTP retries bounded."""
+    """Fail fast, in one line naming the URI, when the tracking store cannot take a run: a scheme MLflow cannot
+    track to, a server that does not answer within ``PROBE_SECONDS`` (MLflow's own client would retry for
+    minutes), a SQLite file that is not writable, not a database or on a full disk. A server that answers gets
+    MLflow's HTTP retries bounded."""
+    scheme = uri.split("://", 1)[0].split("+", 1)[0] if "://" in uri else ""
+    if scheme not in ("http", "https", "sqlite", *SQL_STORES):
+        raise ConfigError(field, uri, "a tracking URI MLflow 3 records runs in: sqlite:///<path>, http(s)://<server> "
+                          f"or a database ({', '.join(s + '://...' for s in SQL_STORES)}); a folder (the file "
+                          "store) is refused by MLflow 3")
     if uri.startswith(("http://", "https://")):
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
@@ -245,6 +267,10 @@ def check_store(uri: str, field: str) -> None:
                               f"{getattr(err, 'reason', err)}); or unset it for the local SQLite store") from None
     elif uri.startswith("sqlite:///"):
         database = Path(uri[len("sqlite:///"):])
+        if database.parent.is_dir() and shutil.disk_usage(database.parent).free < MIN_FREE_BYTES:
+            free = shutil.disk_usage(database.parent).free
+            raise ConfigError(field, uri, f"a SQLite store on a disk with room for the run's records (its disk has "
+                              f"{free} bytes free; at least {MIN_FREE_BYTES} needed)")
         if database.exists():
             if not os.access(database, os.W_OK):
                 raise ConfigError(field, uri, "a SQLite store this user can write (the file is read-only)")
@@ -316,5 +342,8 @@ def experiment_id(client, name: str) -> str:
         location = root.resolve().as_uri()
     try:
         return client.create_experiment(name, artifact_location=location)
-    except MlflowException:  # created meanwhile by a parallel sweep job
-        return client.get_experiment_by_name(name).experiment_id
+    except MlflowException:  # created meanwhile by a parallel sweep job, or the store refused it
+        created = client.get_experiment_by_name(name)
+        if created is None:
+            raise
+        return created.experiment_id
