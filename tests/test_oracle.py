@@ -39,7 +39,7 @@ def check_rounds(overrides, weighting="uniform"):
         user_table, public = method.private.user.clone(), method.public.clone()
         problems = method.problems(round_of(method).sampler.users(r), r)
         fedavg_round(env.backbone, user_table, public, clients_of(problems), method.config.optimizer,
-                     env.sim.local_epochs, weighting)
+                     env.sim.local_epochs, weighting, method.config.loss_reduction)
         round_of(method).train_round(r)
         torch.testing.assert_close(method.public.item, public.item, rtol=1e-4, atol=1e-6)
         for name in public.net:
@@ -60,6 +60,12 @@ CASES = [
     ("pmf", "sgd", 3, ["method.optimizer.lr=0.05", "dataset.ratings=true"]),
     ("pmf", "sgd", 2, ["method.optimizer.lr=0.05", "dataset.ratings=true", "backbone.l2=0.05"]),
     ("mf", "adam", 2, ["method.optimizer.lr=0.01", "backbone.l2=0.01", "method.num_negatives=3"]),
+    # the balanced reduction (item rows step per example) and a user-row lr of its own
+    ("mf", "sgd", 1, ["method.optimizer.lr=0.1", "method.loss_reduction=balanced", "method.optimizer.user_lr=2"]),
+    ("mf", "sgd", 3, ["method.optimizer.lr=0.05", "method.loss_reduction=balanced", "method.optimizer.momentum=0.9",
+                      "backbone.l2=0.01"]),
+    ("ncf", "sgd", 2, ["method.optimizer.lr=0.05", "method.loss_reduction=balanced", "method.optimizer.user_lr=1"]),
+    ("mf", "adam", 1, ["method.optimizer.lr=0.01", "method.loss_reduction=balanced", "method.optimizer.user_lr=0.05"]),
 ]
 
 
@@ -85,10 +91,13 @@ def test_data_size_weighting_matches_loop():
     check_rounds(["backbone=mf", "method.optimizer.lr=0.5"], weighting="data_size")
 
 
-@pytest.mark.parametrize("backbone", ["mf", "ncf", "pmf-l2"])
+@pytest.mark.parametrize("backbone", ["mf", "ncf", "pmf-l2", "mf-balanced"])
 @pytest.mark.parametrize("defense", ["mean", "mean_data_size", "sum"])
 def test_fedsgd_fast_path_equals_general_path(backbone, defense):
     extra = ["defense=mean", "defense.weighting=data_size"] if defense == "mean_data_size" else [f"defense={defense}"]
+    if backbone == "mf-balanced":
+        backbone, extra = "mf", extra + ["method.loss_reduction=balanced", "method.optimizer.user_lr=3",
+                                         "backbone.l2=0.01"]
     if backbone == "pmf-l2":
         backbone, extra = "pmf", extra + ["backbone.l2=0.05", "dataset.ratings=true"]
     common = [f"backbone={backbone}", "method.optimizer.lr=0.5", "sim.clients_per_round=16", "sim.buckets=3",

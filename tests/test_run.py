@@ -140,6 +140,21 @@ def test_report_groups_by_options_and_swept_values_only():
                                     "param:method.optimizer.lr"]
 
 
+def test_a_param_added_after_a_run_does_not_split_its_row():
+    """Runs recorded before a config key existed lack its param; with its null default they ran the same."""
+    import pandas as pd
+
+    from fedrun.report.cli import absent_as_null, summarize
+
+    frame = absent_as_null(pd.DataFrame({
+        "status": ["FINISHED"] * 3, "param:choices.method": ["fedavg"] * 3, "param:choices.backbone": ["mf"] * 3,
+        "param:choices.dataset": ["ml-1m"] * 3, "param:sim.seed": ["1", "2", "3"],
+        "param:method.optimizer.user_lr": [None, "None", "None"],  # seed 1 ran before the key existed
+        "metric:test_hr_at_10": [0.1, 0.2, 0.3]}))
+    _, rows = summarize(frame, ["test_hr_at_10"])
+    assert len(rows) == 1 and rows[0][3] == "3"
+
+
 def test_claim_test_pairs_rows_by_seed():
     import pandas as pd
     from scipy.stats import ttest_rel

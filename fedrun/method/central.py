@@ -57,7 +57,7 @@ class Central(Method):
         self.user = private.user.to(env.device).requires_grad_(True)
         self.item = public.item.to(env.device).requires_grad_(True)
         self.net = {k: v.to(env.device).requires_grad_(True) for k, v in public.net.items()}
-        self.optimizer = config.optimizer.make([self.user, self.item, *self.net.values()])
+        self.optimizer = config.optimizer.make([self.item, *self.net.values()], private=[self.user])
         self.num_negatives = 0 if env.backbone.config.loss == "mse" else config.num_negatives
         store = env.train
         self.pair_user = torch.repeat_interleave(torch.arange(store.n_users, device=env.device), store.sizes())

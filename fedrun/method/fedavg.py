@@ -36,7 +36,7 @@ from fedrun.method.server import OptimizerServer, Server
 from fedrun.privacy.base import Privacy
 from fedrun.sim.batching import LocalProblem, local_problem
 from fedrun.sim.ego import EgoProtocol
-from fedrun.sim.local import ClientOptimizer, problem_loss
+from fedrun.sim.local import ClientOptimizer, problem_loss, scale_gradient
 from fedrun.sim.rows import gather_rows
 from fedrun.sim.server_opt import ServerOptimizerConfig
 from fedrun.types import ClientBatch
@@ -48,12 +48,12 @@ class FedAvgConfig:
     num_negatives: int = 1  # negatives per positive (ignored for mse)
     resample_negatives: bool = True  # draw them afresh every round | false: once, for the whole run (A-hum code)
     server_optimizer: ServerOptimizerConfig = field(default_factory=ServerOptimizerConfig)
-    loss_reduction: str = "mean"  # mean: per-client mean loss | sum: summed over its examples (FedRecAttack code)
+    loss_reduction: str = "mean"  # mean: per-client mean | sum: summed (FedRecAttack code) | balanced: see local_loss
     l2_scope: str = "example"  # example: backbone.l2 per example | client: ½·l2·(‖u‖² + Σ‖v‖² over its rows), once
 
     def __post_init__(self) -> None:
         check(self.num_negatives >= 0, "num_negatives", self.num_negatives, "an integer >= 0")
-        check_choice("loss_reduction", self.loss_reduction, ("mean", "sum"))
+        check_choice("loss_reduction", self.loss_reduction, ("mean", "sum", "balanced"))
         check_choice("l2_scope", self.l2_scope, ("example", "client"))
 
 
@@ -140,15 +140,23 @@ class FedAvg(FederatedMethod):
 
     def local_loss(self, problem, user: torch.Tensor, item_table: torch.Tensor,
                    net: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The backbone's loss per client: mean or summed over its examples; with ``l2_scope=client`` the L2
+        """The backbone's loss per client: mean or summed over its examples, or ``balanced``: the mean, whose
+        gradient on each item row is summed over the client's examples instead of averaged. With the mean, an
+        item row moves by lr / |D_c| per example, so one lr is too large on sparse data (Beauty: 9 items per
+        user, FedAvg-MF at lr 10 diverges) and too small on dense data (ML-1M: 165); balanced, an item row
+        moves by lr per example on every dataset while the private user row still steps on the mean
+        (``optimizer.user_lr``). With ``l2_scope=client`` the L2
         term is ½·l2·(‖u‖² + Σ‖v‖² over the client's distinct rows), once per step (the FedRecAttack code's
         ``reg``; the code's rows list a repeated negative twice, fedrun's local table holds it once)."""
         config, backbone = self.config, self.env.backbone
-        if config.loss_reduction == "mean" and config.l2_scope == "example":
+        if config.loss_reduction == "balanced":  # the mean, with each item row's gradient summed over examples
+            examples = problem.batch.pos_mask.sum(1).clamp(min=1).to(item_table.dtype)  # [B]
+            item_table = scale_gradient(item_table, examples.view(-1, 1, 1))
+        if config.loss_reduction != "sum" and config.l2_scope == "example":
             return super().local_loss(problem, user, item_table, net)
         per_client = config.l2_scope == "client"
-        loss = problem_loss(backbone, problem, user, item_table, net, config.loss_reduction,
-                            l2=0.0 if per_client else None)
+        loss = problem_loss(backbone, problem, user, item_table, net,
+                            "sum" if config.loss_reduction == "sum" else "mean", l2=0.0 if per_client else None)
         if per_client and backbone.config.l2:
             rows = (item_table.pow(2).sum(-1) * problem.item_mask).sum(1)  # [B]
             loss = loss + 0.5 * backbone.config.l2 * (user.pow(2).sum(-1) + rows)
@@ -157,7 +165,7 @@ class FedAvg(FederatedMethod):
     def fedsgd_exact(self) -> bool:
         """The FedSGD pass computes the per-client mean loss with per-example L2 only, on the rows
         themselves (a graph backbone's clients score propagated rows: no per-example pass)."""
-        return (super().fedsgd_exact() and self.ego is None and self.config.loss_reduction == "mean"
+        return (super().fedsgd_exact() and self.ego is None and self.config.loss_reduction in ("mean", "balanced")
                 and self.config.l2_scope == "example")
 
     def negative_seed(self, round_index: int) -> int:
@@ -181,10 +189,12 @@ class FedAvg(FederatedMethod):
             candidates = torch.cat([candidates, negatives], 1)
         pairs, pair_of = torch.unique(owner.unsqueeze(1) * env.n_items + candidates, return_inverse=True)
         step = self.fedsgd_pass(users, pairs, sizes, rule)
-        l2 = env.backbone.config.l2
+        l2, balanced = env.backbone.config.l2, self.config.loss_reduction == "balanced"
 
         def example_loss(chunk: torch.Tensor) -> torch.Tensor:
             vectors = gather_rows(step.item, step.row_of_pair[pair_of[chunk]])  # [n, 1 + n_neg, di]
+            if balanced:  # each item row's gradient summed over the client's examples, not averaged
+                vectors = scale_gradient(vectors, sizes[owner[chunk]].view(-1, 1, 1))
             user_rows = gather_rows(step.user, owner[chunk])  # [n, du]
             scores = env.backbone.score(user_rows, vectors, step.net)  # [n, 1 + n_neg]
             return per_client_loss(

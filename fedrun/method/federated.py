@@ -308,10 +308,10 @@ class FederatedMethod(Method):
     def fedsgd_result(self, step: FedSGDPass, losses: torch.Tensor) -> FastRound:
         """After ``backward`` of Σ_c w_c L_c: the clients' new private rows (written on the client
         side), the aggregate and the rows each client touched; ``losses`` [B] each client's L_c."""
-        lr = self.config.optimizer.lr
+        lr, user_lr = self.config.optimizer.lr, self.config.optimizer.private_lr
         if step.user.grad is not None:  # (sequential backbones infer the user from the history instead)
             with torch.no_grad():
-                self.private.user[step.users] = step.user - lr * step.user.grad / step.weight.unsqueeze(1)
+                self.private.user[step.users] = step.user - user_lr * step.user.grad / step.weight.unsqueeze(1)
         item_delta = -lr * step.item.grad / step.row_weight.unsqueeze(1)
         dense = {k: -lr * v.grad / step.total_weight for k, v in step.net.items()}
         rows_per_client = torch.bincount(step.pair_owner, minlength=step.users.numel())

@@ -41,8 +41,8 @@ class SVDpp(Central):
         self.user_bias = torch.zeros(env.n_users, device=env.device, requires_grad=True)  # b_u
         self.item_bias = torch.zeros(env.n_items, device=env.device, requires_grad=True)  # b_i
         self.mean = float(torch.as_tensor(env.split.train.rating).mean())  # μ
-        self.optimizer = config.optimizer.make([self.user, self.item, self.implicit, self.user_bias,
-                                                self.item_bias])
+        self.optimizer = config.optimizer.make([self.item, self.implicit, self.item_bias],
+                                               private=[self.user, self.user_bias])
 
     def implicit_term(self, users: torch.Tensor) -> torch.Tensor:
         """[N] → |N(u)|^(−½) Σ_{j∈N(u)} y_j [N, d], computed once per distinct user."""

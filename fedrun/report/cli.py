@@ -130,10 +130,17 @@ def paper_sections(done: pd.DataFrame, paper: dict, preset: str, out: Path, file
     return text
 
 
+def absent_as_null(frame: pd.DataFrame) -> pd.DataFrame:
+    """A param a run lacks reads as "None": a config key added after the run comes with a null default that
+    keeps the old behaviour, so the run and newer runs of its setting stay one row."""
+    params = [c for c in frame.columns if c.startswith("param:")]
+    return frame.assign(**{c: frame[c].astype(object).where(frame[c].notna(), "None") for c in params})
+
+
 def render(frame: pd.DataFrame, title: str, metrics: list[str], out: Path) -> tuple[str, list[Path]]:
     """The report of ``frame``'s runs: its Markdown text, and the files written under ``out`` (the table as
     CSV and Markdown; with one preset, its paper sections and figures)."""
-    frame, superseded = drop_reruns(frame)
+    frame, superseded = drop_reruns(absent_as_null(frame))
     header, rows = summarize(frame, metrics)
     table = markdown(header, rows)
     failed = frame[frame["status"] != "FINISHED"]

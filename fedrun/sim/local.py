@@ -26,6 +26,7 @@ class ClientOptimizer:
     lr: float = 0.05
     momentum: float = 0.0  # sgd only
     weight_decay: float = 0.0  # L2 on the client's local parameters
+    user_lr: float | None = None  # the private user rows' lr (null: lr)
 
     config_field: ClassVar[str] = "optimizer"  # the config field it is (what its errors name)
 
@@ -35,15 +36,29 @@ class ClientOptimizer:
         check_positive(f"{field}.lr", self.lr)
         check(0 <= self.momentum < 1, f"{field}.momentum", self.momentum, "a number in [0, 1)")
         check_positive(f"{field}.weight_decay", self.weight_decay, allow_zero=True)
+        if self.user_lr is not None:
+            check_positive(f"{field}.user_lr", self.user_lr)
 
-    def make(self, params: list[torch.Tensor]) -> torch.optim.Optimizer:
+    @property
+    def private_lr(self) -> float:
+        """The lr of the private user rows."""
+        return self.lr if self.user_lr is None else self.user_lr
+
+    def make(self, params: list[torch.Tensor], private: list[torch.Tensor] = ()) -> torch.optim.Optimizer:
+        """The optimizer of ``params`` at ``lr`` and of the ``private`` user rows at ``private_lr``."""
+        groups = [{"params": list(params)}] + ([{"params": list(private), "lr": self.private_lr}] if private else [])
         if self.name == "adam":
-            return torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay)
-        return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+            return torch.optim.Adam(groups, lr=self.lr, weight_decay=self.weight_decay)
+        return torch.optim.SGD(groups, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
 
     @property
     def is_plain_sgd(self) -> bool:
         return self.name == "sgd" and self.momentum == 0 and self.weight_decay == 0
+
+
+def scale_gradient(x: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:
+    """``x`` in the forward pass; its gradient times ``scale`` in the backward pass."""
+    return x.detach() + scale * (x - x.detach())
 
 
 def example_slots(problem: LocalProblem) -> torch.Tensor:
@@ -111,7 +126,7 @@ def train_local(backbone: Backbone, problem: LocalProblem, user0: torch.Tensor, 
     user = user0.detach().clone().requires_grad_(True)
     item = item0.detach().clone().requires_grad_(True)
     net = {k: v.detach().unsqueeze(0).repeat(B, *([1] * v.dim())).requires_grad_(True) for k, v in net0.items()}
-    opt = optimizer.make([user, item, *net.values()])
+    opt = optimizer.make([item, *net.values()], private=[user])
     first_loss = None
     for _ in range(steps):
         opt.zero_grad(set_to_none=True)

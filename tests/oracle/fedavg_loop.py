@@ -36,8 +36,10 @@ def data_loss(backbone, kind, user, item_table, net, pos, neg, ratings):
     return (F.softplus(-s_pos).sum() + F.softplus(s_neg).sum()) / scores.numel()
 
 
-def fedavg_round(backbone, user_table, public, clients, optimizer, steps, weighting="uniform"):
-    """clients: list of (user id, pos [P], neg [P, n] or None, ratings [P] or None).
+def fedavg_round(backbone, user_table, public, clients, optimizer, steps, weighting="uniform", reduction="mean"):
+    """clients: list of (user id, pos [P], neg [P, n] or None, ratings [P] or None). The user row steps at
+    ``optimizer.user_lr`` (when set); ``reduction="balanced"``: the item table's gradient of the client's
+    mean loss is multiplied by its number of examples P before the step.
 
     Mutates ``user_table`` (client side) and ``public`` (server side) in place.
     """
@@ -48,15 +50,18 @@ def fedavg_round(backbone, user_table, public, clients, optimizer, steps, weight
     total_weight = 0.0
     for user_id, pos, neg, ratings in clients:
         model = copy.deepcopy({"user": user_table[user_id], "item": public.item, "net": public.net})
-        params = [model["user"].requires_grad_(), model["item"].requires_grad_(),
-                  *[v.requires_grad_() for v in model["net"].values()]]
-        opt = (torch.optim.Adam(params, lr=optimizer.lr, weight_decay=optimizer.weight_decay)
+        shared = [model["item"].requires_grad_(), *[v.requires_grad_() for v in model["net"].values()]]
+        user_lr = optimizer.lr if optimizer.user_lr is None else optimizer.user_lr
+        groups = [{"params": shared}, {"params": [model["user"].requires_grad_()], "lr": user_lr}]
+        opt = (torch.optim.Adam(groups, lr=optimizer.lr, weight_decay=optimizer.weight_decay)
                if optimizer.name == "adam" else
-               torch.optim.SGD(params, lr=optimizer.lr, momentum=optimizer.momentum,
+               torch.optim.SGD(groups, lr=optimizer.lr, momentum=optimizer.momentum,
                                weight_decay=optimizer.weight_decay))
         for _ in range(steps):
             opt.zero_grad()
             client_loss(backbone, kind, model["user"], model["item"], model["net"], pos, neg, ratings).backward()
+            if reduction == "balanced":
+                model["item"].grad *= len(pos)
             opt.step()
         touched = sorted(set(pos.tolist()) | (set(neg.reshape(-1).tolist()) if neg is not None else set()))
         touched = torch.tensor(touched, device=public.item.device)
