@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
@@ -75,10 +75,9 @@ class StopOnSignal(Callback):
         from fedrun.errors import FedrunError
         from fedrun.track.mlflow import end_sweep_parents
 
-        sweep_dir = config.hydra.sweep.dir
-        name = stop_requested(marker(sweep_dir))
+        name = stop_requested(marker(config.hydra.sweep.dir))
         try:
-            end_sweep_parents(sweep_dir, "FINISHED" if name is None else "KILLED", before_end=report(sweep_dir))
+            end_sweep_parents(config.hydra.sweep.dir, "FINISHED" if name is None else "KILLED")
         except FedrunError as err:
             print(f"fedrun: could not end the sweep's run: {err}", file=sys.stderr)
         if name is not None:
@@ -86,22 +85,3 @@ class StopOnSignal(Callback):
                   "(in its run's failure reason).", file=sys.stderr)
             sys.exit(130 if name == "SIGINT" else 143)
 
-
-def report(sweep_dir: str) -> Callable[[str, str], None]:
-    """What the parent does before it ends a sweep's run: the sweep's report (``fedrun-report`` over its child
-    runs), printed, written under ``<sweep>/report/<run id>/`` and logged on the parent run. A report that
-    fails says why in one line and leaves the runs as they are."""
-
-    def write(uri: str, run_id: str) -> None:
-        from fedrun.report.cli import report_sweep
-
-        try:
-            text = report_sweep(uri, run_id, Path(sweep_dir) / "report" / run_id)
-        except Exception as err:  # noqa: BLE001 - the sweep's runs are recorded; only its summary is missing
-            print(f"fedrun: the sweep's report failed ({type(err).__name__}: {err}); "
-                  "`fedrun-report <experiment>` makes it from the store", file=sys.stderr)
-            return
-        if text:
-            print(text, flush=True)
-
-    return write

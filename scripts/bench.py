@@ -68,8 +68,8 @@ from tests.test_oracle import clients_of  # noqa: E402
 
 ML1M_8020 = ["dataset=ml-1m", "dataset.variant=split80-20", "dataset.split.protocol=predefined"]
 GOWALLA = ["dataset=gowalla", "dataset.split.protocol=predefined"]
-COMMON = ["method=fedavg", "method.optimizer.name=sgd", "method.optimizer.lr=10", "sim.local_epochs=1",
-          "track=none", "sim.progress=false"]
+COMMON = ["method=fedavg", "method.optimizer.name=sgd", "method.optimizer.lr=10", "method.optimizer.user_lr=null",
+          "method.loss_reduction=mean", "sim.local_epochs=1", "track=none", "sim.progress=false"]  # the recorded W0
 MF = ["backbone=mf", "backbone.dim=32", "backbone.loss=bpr", "method.num_negatives=1"]
 NCF = ["backbone=ncf", "method.num_negatives=4"]
 # The tiny variant (tests, smoke runs): the same workloads on a small synthetic dataset.
@@ -168,7 +168,8 @@ def loop_round(trainer, env, round_index: int):
     clients = clients_of(method.problems(trainer.sampler.users(round_index), round_index))  # not timed
     sync(env.device)
     started = time.perf_counter()
-    fedavg_round(env.backbone, user_table, public, clients, method.config.optimizer, env.sim.local_epochs)
+    fedavg_round(env.backbone, user_table, public, clients, method.config.optimizer, env.sim.local_epochs,
+                 reduction=method.config.loss_reduction)
     sync(env.device)
     return time.perf_counter() - started, public
 
@@ -207,8 +208,10 @@ def bench_train(work: Workload, args, out: Path) -> str:
     max_diff = check_loop_agrees(general, env, args.rounds + 2)
     t_loop = sum(loop_round(general, env, args.rounds + 3 + r)[0] for r in range(args.loop_rounds)) / args.loop_rounds
     paths.append(("loop (deepcopy)", t_loop))
-    central, _ = build_method(overrides + ["method=central", "method.optimizer.name=sgd", "method.optimizer.lr=0.05",
-                                           "method.batch_size=1024", *work.central])
+    federated_only = ("method.loss_reduction=",)  # FedAvg's keys that central does not have
+    central, _ = build_method([o for o in overrides if not o.startswith(federated_only)]
+                              + ["method=central", "method.optimizer.name=sgd", "method.optimizer.lr=0.05",
+                                 "method.batch_size=1024", *work.central])
     sync(env.device)
     started = time.perf_counter()
     central.train_round(0)
@@ -535,7 +538,8 @@ def bench_w9(args, out: Path) -> str:
 # ------------------------------------------------------- W11: federated LightGCN over ego graphs
 
 W11_LIGHTGCN = ["method=fedavg", "backbone=lightgcn", "backbone.dim=64", "backbone.layers=2",
-                "method.optimizer.name=sgd", "method.optimizer.lr=100", "track=none", "sim.progress=false"]
+                "method.optimizer.name=sgd", "method.optimizer.lr=100", "method.optimizer.user_lr=null",
+                "method.loss_reduction=mean", "track=none", "sim.progress=false"]
 
 
 def bench_w11(args, out: Path) -> str:

@@ -233,7 +233,8 @@ def test_fake_clients_are_ordinary_clients_on_fabricated_data(attack):
         fakes = [(n_users + m, pos[m], negatives[m], None) for m in range(fake.n_clients)]
         table = torch.cat([method.private.user, fake.user]).clone()
         public = method.public.clone()
-        fedavg_round(method.env.backbone, table, public, benign + fakes, method.config.optimizer, 1)
+        fedavg_round(method.env.backbone, table, public, benign + fakes, method.config.optimizer, 1,
+                     reduction=method.config.loss_reduction)
         rounds.train_round(r)
         torch.testing.assert_close(method.public.item, public.item, rtol=1e-4, atol=1e-6)
         torch.testing.assert_close(fake.user, table[n_users:], rtol=1e-4, atol=1e-6)  # kept on the fake clients

@@ -81,7 +81,7 @@ def test_a_resume_that_changes_a_recorded_param_is_recorded_under_the_new_value(
 
 def test_resume_refuses_a_different_config(tmp_path):
     run(["sim.max_rounds=2", "sim.checkpoint_every=2", f"sim.checkpoint_dir={tmp_path}"])
-    with pytest.raises(ConfigError, match=r"sim.resume=.*these differ: method.optimizer.lr \(10.0 → 0.5\)"):
+    with pytest.raises(ConfigError, match=r"sim.resume=.*these differ: method.optimizer.lr \(0.3 → 0.5\)"):
         run(["method.optimizer.lr=0.5", f"sim.resume={tmp_path / 'checkpoint.pt'}"])
 
 

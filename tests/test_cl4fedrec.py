@@ -173,7 +173,7 @@ def test_the_vectorized_client_step_equals_one_client_at_a_time(extra):
 
 def test_without_contrastive_terms_cl4fedrec_is_fedavg():
     common = NCF + ["method.optimizer.name=adam", "method.optimizer.lr=0.01", "method.num_negatives=4",
-                    "method.loss_reduction=sum", "defense=mean"]
+                    "method.loss_reduction=sum", "method.optimizer.user_lr=null", "defense=mean"]
     cl, _ = make_method(["method=cl4fedrec", "method.user_cl=none", "method.item_cl=none"] + common)
     plain, _ = make_method(["method=fedavg"] + common)
     for r in range(3):

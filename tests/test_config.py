@@ -221,6 +221,9 @@ README_EQUALS_PRESET = [
      "dataset.split.valid_ratio=0.1", "+experiment=rcl4fedrec/table2 row=rcl4fedrec/cl4fedrec"),
     ("method=perfedrecpp dataset=yelp-perfedrec", "+experiment=perfedrecpp/table4 row=perfedrecpp/perfedrecpp"),
     ("method=fedgnn dataset=yelp-perfedrec", "+experiment=perfedrecpp/table4 row=perfedrecpp/fedgnn"),
+    ("method=perfedrec dataset=yelp-perfedrec", "+experiment=perfedrecpp/table4 row=perfedrecpp/perfedrec"),
+    ("method=bil dataset=beauty dataset.min_item_count=5",
+     "+experiment=fedcl/table2 row=fedcl/bil dataset=beauty backbone=fedcl/gru4rec"),
 ]
 
 

@@ -138,7 +138,7 @@ def test_sampled_neighbours_are_an_unbiased_estimate():
 
 GRAPH = ["backbone=lightgcn", "backbone.dim=8", "backbone.layers=2", "backbone.l2=0.01", "sim.buckets=3",
          "sim.min_bucket_clients=1", "method.optimizer.lr=0.5"]
-LIGHTGCN = ["method=fedavg", *GRAPH]
+LIGHTGCN = ["method=fedavg", "method.loss_reduction=mean", "method.optimizer.user_lr=null", *GRAPH]  # the oracle's
 
 
 def test_vectorized_ego_rounds_match_the_per_client_loop():

@@ -26,6 +26,13 @@ def swept(params, key: str) -> list[str | None]:
     return values or [None]
 
 
+def row_choices(row: str) -> dict[str, str]:
+    """The group options a row's own defaults list selects (`override /G: X`)."""
+    node = OmegaConf.to_container(OmegaConf.load(Path(config_dir()) / "row" / f"{row}.yaml"))
+    return {key.removeprefix("override ").strip("/"): str(value)
+            for entry in node.get("defaults", []) if isinstance(entry, dict) for key, value in entry.items()}
+
+
 def presets() -> list[tuple[str, str, str | None]]:
     """(preset, row, backbone) for every preset that sweeps, every row and backbone it sweeps."""
     out = []
@@ -56,6 +63,11 @@ def test_every_preset_row_runs_one_round(preset, row, backbone):
         tiny.append(f"backbone={backbone}")
     cfg = compose_cfg([f"+experiment={preset}", f"row={row}", *tiny])
     assert cfg.get("paper") and cfg.get("experiment_name")
+    # what a row selects is what runs: neither its preset's common file nor its method's paper setting
+    # (conf/setting/) may override it (rCL4FedRec's defended rows ran the plain sum: the common file's
+    # `override /defense: sum` won over the rows' Krum, Median, Trimmed mean and HiCS)
+    wanted = {group: option for group, option in row_choices(row).items() if not (group == "backbone" and backbone)}
+    assert {group: cfg.choices[group] for group in wanted} == wanted
     result = run(cfg)
     assert (result.rounds >= 1 or row.endswith("/pop")) and result.test  # popularity trains nothing
 
@@ -129,27 +141,5 @@ def test_a_sweep_never_sets_a_group_its_rows_override(preset, sweep):
     every row but one would run the wrong option — or fail (a robustness matrix inheriting an attacks
     preset's `attack` sweep did)."""
     rows = [r.strip() for r in str(sweep.get("row", "")).split(",") if r.strip()]
-    overridden = set()
-    for row in rows:
-        row_cfg = OmegaConf.to_container(OmegaConf.load(Path(config_dir()) / "row" / f"{row}.yaml"))
-        for entry in row_cfg.get("defaults", []):
-            for key in (entry if isinstance(entry, dict) else {}):
-                overridden.add(key.removeprefix("override ").strip("/"))
+    overridden = {group for row in rows for group in row_choices(row)}
     assert not overridden & set(sweep), f"{preset} sweeps {sorted(overridden & set(sweep))}, which its rows set"
-
-
-def row_choices(row: str) -> dict[str, str]:
-    """The group options a row's own defaults list selects (`override /G: X`)."""
-    node = OmegaConf.to_container(OmegaConf.load(Path(config_dir()) / "row" / f"{row}.yaml"))
-    return {key.removeprefix("override ").strip("/"): str(value)
-            for entry in node.get("defaults", []) if isinstance(entry, dict) for key, value in entry.items()}
-
-
-@pytest.mark.parametrize("preset,row,backbone", presets())
-def test_every_row_runs_the_options_it_names(preset, row, backbone):
-    """What a row selects is what runs: neither its preset's common file nor its method's paper setting
-    (conf/setting/) may override it. rCL4FedRec's defended rows used to run the plain sum, the common file's
-    `override /defense: sum` winning over the row's Krum, Median, Trimmed mean and HiCS."""
-    cfg = compose_cfg([f"+experiment={preset}", f"row={row}"] + ([f"backbone={backbone}"] if backbone else []))
-    wanted = {group: option for group, option in row_choices(row).items() if not (group == "backbone" and backbone)}
-    assert {group: cfg.choices[group] for group in wanted} == wanted

@@ -108,12 +108,13 @@ def run(overrides):
 
 
 def test_a_run_with_patience_and_keep_best_tests_the_best_validated_model():
-    # seeded synthetic data on which validation peaks after epoch 1 and falls at epoch 2
-    best = run(["sim.patience=1", "sim.keep_best=true", "method.optimizer.lr=0.5"])
-    last = run(["sim.patience=1", "method.optimizer.lr=0.5"])
+    # seeded synthetic data on which validation peaks after epoch 1 and falls at epoch 2 (FedAvg's mean loss at lr .5)
+    step = ["method.optimizer.lr=0.5", "method.optimizer.user_lr=null", "method.loss_reduction=mean"]
+    best = run(["sim.patience=1", "sim.keep_best=true", *step])
+    last = run(["sim.patience=1", *step])
     assert best.rounds == last.rounds == 2 * 4 < 6 * 4  # stopped after epoch 2 (4 rounds per epoch)
     assert best.test != last.test  # the epoch-1 model, not the epoch-2 one
-    assert run(["sim.keep_best=true", "method.optimizer.lr=0.5"]).test == best.test  # the same model over 6 epochs
+    assert run(["sim.keep_best=true", *step]).test == best.test  # the same model over 6 epochs
 
 
 @pytest.mark.parametrize("overrides, field", [

@@ -44,11 +44,11 @@ from fedrun.types import ClientBatch
 
 @dataclass
 class FedAvgConfig:
-    optimizer: ClientOptimizer = field(default_factory=lambda: ClientOptimizer("sgd", 10.0))
+    optimizer: ClientOptimizer = field(default_factory=lambda: ClientOptimizer("sgd", 0.3, user_lr=3.0))
     num_negatives: int = 1  # negatives per positive (ignored for mse)
     resample_negatives: bool = True  # draw them afresh every round | false: once, for the whole run (A-hum code)
     server_optimizer: ServerOptimizerConfig = field(default_factory=ServerOptimizerConfig)
-    loss_reduction: str = "mean"  # mean: per-client mean | sum: summed (FedRecAttack code) | balanced: see local_loss
+    loss_reduction: str = "balanced"  # balanced: see local_loss | mean: per-client mean | sum (FedRecAttack code)
     l2_scope: str = "example"  # example: backbone.l2 per example | client: ½·l2·(‖u‖² + Σ‖v‖² over its rows), once
 
     def __post_init__(self) -> None:

@@ -134,7 +134,8 @@ def absent_as_null(frame: pd.DataFrame) -> pd.DataFrame:
     """A param a run lacks reads as "None": a config key added after the run comes with a null default that
     keeps the old behaviour, so the run and newer runs of its setting stay one row."""
     params = [c for c in frame.columns if c.startswith("param:")]
-    return frame.assign(**{c: frame[c].astype(object).where(frame[c].notna(), "None") for c in params})
+    filled = frame[params].astype(object).where(frame[params].notna(), "None")
+    return pd.concat([frame.drop(columns=params), filled], axis=1)[list(frame.columns)]  # one block, not one per column
 
 
 def render(frame: pd.DataFrame, title: str, metrics: list[str], out: Path) -> tuple[str, list[Path]]:

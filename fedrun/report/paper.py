@@ -36,7 +36,7 @@ def with_variants(done: pd.DataFrame, varying: list[str]) -> pd.DataFrame:
     """``done`` plus ``row`` (the row option's last part: ``fedcl/fed`` → ``fed``) and ``variant`` (the
     row, followed by the ``varying`` parameters whose values differ between runs of its dataset, backbone and row)."""
     row = done["param:choices.row"].astype(str).str.split("/").str[-1]
-    frame = done.assign(row=row, variant=row)
+    frame = done.copy().assign(row=row, variant=row)  # (copy: one block, not a column each)
     text = frame.astype(str)
     for _, group in text.groupby(ROW_KEYS, dropna=False):
         differing = [c for c in varying if c in group and group[c].nunique() > 1]

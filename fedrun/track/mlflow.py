@@ -19,7 +19,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from fedrun.errors import ConfigError, FedrunError, check
 from fedrun.track.base import Tracker
@@ -286,18 +286,17 @@ def check_store(uri: str, field: str) -> None:
                 raise ConfigError(field, uri, f"a SQLite store in a folder this user can create ({err})") from None
 
 
-def end_sweep_parents(sweep_dir: str | Path, status: str,
-                      before_end: Callable[[str, str], None] | None = None) -> None:
-    """Mark the sweep's parent runs (one per experiment its jobs used) ``status`` (the Hydra parent, at the end),
-    after ``before_end(uri, run_id)`` (the sweep's report) has run on each."""
+def sweep_parents(sweep_dir: str | Path) -> list[dict[str, str]]:
+    """The sweep's parent runs, one per experiment its jobs used: ``{"uri": ..., "run_id": ...}`` each."""
     import json
 
     registry = Path(sweep_dir) / SWEEP_PARENTS
-    if not registry.exists():
-        return
-    for entry in json.loads(registry.read_text()).values():
-        if before_end is not None:
-            before_end(entry["uri"], entry["run_id"])
+    return list(json.loads(registry.read_text()).values()) if registry.exists() else []
+
+
+def end_sweep_parents(sweep_dir: str | Path, status: str) -> None:
+    """Mark the sweep's parent runs ``status`` (the Hydra parent, at the end)."""
+    for entry in sweep_parents(sweep_dir):
         with store_call(entry["uri"], "ending the sweep's run"):
             open_client(entry["uri"]).set_terminated(entry["run_id"], status=status)
 
