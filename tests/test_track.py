@@ -55,9 +55,11 @@ def test_a_broken_tracking_store_is_one_named_line_before_any_data_is_read(case,
         uri = "ftp://127.0.0.1/store"
     else:  # the store's disk has no room: creating the run failed with "'NoneType' object has no attribute"
         import shutil
+        from types import SimpleNamespace
 
         uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-        monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10 << 30, 10 << 30, 4096))
+        full = SimpleNamespace(total=10 << 30, used=10 << 30, free=4096)  # what shutil.disk_usage reports
+        monkeypatch.setattr(shutil, "disk_usage", lambda path: full)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "no-data-here"))
     started = time.perf_counter()
