@@ -8,9 +8,9 @@ export FEDRUN_DATA_DIR
 
 PEERS  := .venv-peers
 
-.PHONY: install test test-fast bench bench-peers gpu-bundle clean
+.PHONY: install browser test test-fast bench bench-peers gpu-bundle clean
 
-install: $(BIN)/fedrun
+install: $(BIN)/fedrun browser
 
 $(BIN)/fedrun: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,17 @@ $(BIN)/fedrun: pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev]'
 	@touch $@
+
+# Chromium for the browser test (tests/integration/test_browser.py), which reads MLflow's UI in a real browser:
+# Debian's package when apt-get is there and this runs as root (CI); otherwise one line, and that test skips.
+BROWSERS := chromium chromium-browser google-chrome google-chrome-stable
+browser:
+	@for b in $(BROWSERS); do command -v $$b >/dev/null && exit 0; done; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing Debian's chromium for the browser test"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	    || echo "chromium could not be installed: the browser test will skip"; \
+	else echo "no Chromium: the browser test will skip (sudo apt-get install chromium, or install Google Chrome)"; fi
 
 test: install
 	$(BIN)/python -m pytest -q

@@ -42,6 +42,8 @@ def test_mlflow_run_records_config_metrics_and_artifacts():
     history = client.get_metric_history(record.info.run_id, "train_loss")
     assert len(history) == result.rounds and [m.step for m in history] == list(range(result.rounds))
     assert record.data.metrics["test_ndcg_at_10"] == pytest.approx(result.test["ndcg_at_10"])
+    per_epoch = result.rounds / int(record.data.params["sim.epochs"])  # the leaderboard's wall time per epoch
+    assert record.data.metrics["seconds_per_epoch"] == pytest.approx(result.train_seconds / result.rounds * per_epoch)
     assert len(client.get_metric_history(record.info.run_id, "valid_ndcg_at_10")) == 2  # one per epoch
     artifacts = {a.path for a in client.list_artifacts(record.info.run_id)}
     assert {"last_run.md", "config.yaml"} <= artifacts

@@ -105,7 +105,8 @@ class NCF(Backbone):
             scores += (user[:, :g] * head_w[:g]) @ item[:, :g].T  # the GMF head is linear in p ⊙ q
         if self.mlp_dim:
             if len(self.config.layers) == 1:
-                scores += user[:, g:] @ head_w[g:g + self.mlp_dim, None] + (item[:, g:] @ head_w[g + self.mlp_dim:]).T
+                user_part = user[:, g:] @ head_w[g:g + self.mlp_dim, None]  # [U, 1]
+                scores += user_part + item[:, g:] @ head_w[g + self.mlp_dim:]  # [U, 1] + [I]
             else:
                 self._add_tower_scores(scores, user[:, g:], item[:, g:], net)
         return scores

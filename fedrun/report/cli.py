@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -21,6 +22,10 @@ from fedrun.report import ledger, matrix
 from fedrun.report.paper import ALPHA, beside_paper, claim_tests, order_claims, preset_paper
 from fedrun.report.table import markdown
 from fedrun.track.mlflow import default_uri, experiment_id, open_client
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+    from mlflow.tracking import MlflowClient
 
 # averaged over, not grouped by: training seeds, data-split seeds and folds, and settings that say
 # how a run executes rather than what it computes (threads, progress bar, device, checkpoints)
@@ -182,7 +187,17 @@ def report_sweep(uri: str, parent_run_id: str, out: Path) -> str | None:
     text, files = render(frame, f"{name}, sweep {parent.info.run_name}", DEFAULT_METRICS, out)
     for path in files:
         client.log_artifact(parent_run_id, str(path), artifact_path="report")
+    log_children_datasets(client, parent)
     return text
+
+
+def log_children_datasets(client: MlflowClient, parent: Run) -> None:
+    """The datasets the sweep's runs trained on, logged as the parent's own inputs: the runs table shows a sweep
+    as its parent's row (children folded under it), whose Dataset column is otherwise empty."""
+    runs = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    inputs = {(item.dataset.name, item.dataset.digest): item for run in runs for item in run.inputs.dataset_inputs}
+    if inputs:
+        client.log_inputs(parent.info.run_id, datasets=list(inputs.values()))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -110,8 +110,10 @@ def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimC
                     "dead ReLUs after too large a step): its ranking metrics are 0 by the tie rule; lower the "
                     "learning rate or check the initialisation")
         tracker.set_tags({"fedrun.collapsed": "true"})
+    per_round = state.train_seconds / max(rounds, 1)
     tracker.log_metrics({"train_seconds": state.train_seconds, "eval_seconds": state.eval_seconds,
-                         "seconds_per_round": state.train_seconds / max(rounds, 1), **selection}, step=rounds)
+                         "seconds_per_round": per_round, "seconds_per_epoch": per_round * per_epoch, **selection},
+                        step=rounds)
     tested_valid = state.best_valid_metrics if sim.keep_best and state.best_state is not None else state.valid
     return RunResult(test, tested_valid, rounds, state.train_seconds, state.eval_seconds)
 

@@ -62,6 +62,8 @@ def test_multirun_sweep_records_every_job_and_report_summarizes(tmp_path):
     # the sweep is one parent run holding its command line, each job its child
     assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {parent.info.run_id}
     assert parent.info.status == "FINISHED" and "method=pop,fedavg" in parent.data.params["overrides"]
+    # the parent's row in the runs table shows the dataset its runs trained on
+    assert [i.dataset.name for i in parent.inputs.dataset_inputs] == ["synthetic"]
     # the sweep's own report: printed at its end and logged on the parent, one row per method over 2 seeds
     logged = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
     assert {"report/report.md", "report/report.csv"} <= logged

@@ -1,0 +1,75 @@
+"""The leaderboard preset composes every method in its own paper's setting under one protocol, and
+scripts/leaderboard.py ranks the methods' runs by NDCG@10 beside the floor, their ε and their costs."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from fedrun.core.paths import config_dir
+from tests.conftest import compose_cfg
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from leaderboard import board, main, paper_of, render  # noqa: E402
+
+PRESET = OmegaConf.load(Path(config_dir()) / "experiment" / "leaderboard.yaml")
+METHODS = str(PRESET.hydra.sweeper.params.method).split(",")
+
+
+def test_the_leaderboard_sweeps_every_method():
+    shipped = {path.stem for path in (Path(config_dir()) / "method").glob("*.yaml")}
+    assert sorted(METHODS) == sorted(shipped)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_each_method_keeps_its_paper_setting_under_the_common_protocol(method):
+    bare = compose_cfg([f"method={method}", "dataset=ml-100k"])
+    cfg = compose_cfg(["+experiment=leaderboard", f"method={method}"])
+    assert cfg.choices.dataset == "ml-100k" and cfg.dataset.split.protocol == "loo"
+    assert cfg.choices.eval == "full" and cfg.eval.kind == "ranking" and list(cfg.eval.ks) == [10, 20]
+    for group in ("backbone", "privacy", "defense"):  # the paper's setting, as the bare command has it
+        assert cfg.choices[group] == bare.choices[group]
+    assert OmegaConf.to_container(cfg.sim) == OmegaConf.to_container(bare.sim)
+    assert OmegaConf.to_container(cfg.method) == OmegaConf.to_container(bare.method)
+
+
+def runs(method: str, ndcg: list[float], **params) -> list[dict]:
+    return [{"run_id": f"{method}{seed}", "status": "FINISHED", "start_time": seed, "reason": "",
+             "param:choices.method": method, "param:choices.backbone": "mf", "param:choices.dataset": "ml-100k",
+             "param:choices.privacy": params.get("privacy", "none"), "param:privacy.epsilon": params.get("eps"),
+             "param:sim.seed": str(seed), "metric:test_hr_at_10": 2 * value, "metric:test_ndcg_at_10": value,
+             "metric:test_hr_at_20": 3 * value, "metric:test_ndcg_at_20": 1.5 * value,
+             "metric:bytes_up_per_client": 2048.0, "metric:bytes_down_per_client": 4096.0,
+             "metric:seconds_per_epoch": 1.5, "metric:floor_ndcg_at_10": None if method == "pop" else .04}
+            for seed, value in enumerate(ndcg, 1)]
+
+
+def test_board_ranks_by_ndcg_with_the_floor_ratio_and_epsilon():
+    frame = pd.DataFrame(runs("pop", [.04]) + runs("fedavg", [.05, .07]) + runs("fedcl", [.08, .08], privacy="ldp",
+                                                                                   eps="4.0"))
+    table = board(frame)
+    assert list(table["method"]) == ["fedcl", "fedavg", "pop"]
+    assert table.loc[1, "test_ndcg_at_10"] == pytest.approx(.06) and table.loc[1, "runs"] == 2
+    assert list(table["epsilon"]) == ["4.0", "—", "—"]
+    text = re.sub(" +", " ", render(table, "ml-100k"))  # the table's column padding squeezed
+    assert "| 1 | fedcl | fedcl " in text and "0.0600 ± 0.0141" in text and "| 1.50 |" in text  # .06 / .04
+    assert "| 2.0 | 4.0 | 1.50 |" in text  # KB up, KB down, seconds per epoch
+
+
+def test_paper_of_reads_the_methods_setting():
+    assert paper_of("fedcl") == "fedcl" and paper_of("fcf") == "lightfr" and paper_of("pop") == "—"
+
+
+def test_main_writes_the_table_and_figure_from_a_ledger(tmp_path):
+    ledger = tmp_path / "runs.csv"
+    pd.DataFrame(runs("pop", [.04]) + runs("fedavg", [.05, .07])).to_csv(ledger, index=False)
+    assert main(["--experiment", "nothing-here", "--ledger", str(ledger), "--out", str(tmp_path)]) == 0
+    assert "| fedavg |" in (tmp_path / "leaderboard.md").read_text()
+    assert (tmp_path / "leaderboard.png").stat().st_size > 10_000
