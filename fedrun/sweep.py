@@ -10,6 +10,12 @@ A stop is a marker file in the sweep folder (``STOP_MARKER``), holding the signa
 So a pool launcher (joblib) never has to kill a worker in the middle of a round: before, the first job
 to stop made the pool terminate the others, leaving their runs RUNNING and without a checkpoint.
 A second signal to the parent still aborts at once.
+
+A launcher that runs its jobs under processes of its own can lose a job to the same signal: the terminal's
+Ctrl-C reaches submitit's local controllers, which print a traceback and kill their job a second later, and
+the launcher then raises in the parent. So submitit's controllers are started with SIGINT ignored (the
+parent and the jobs still get it), and after a stop any error a launcher raises ends the sweep as a stop
+does: one line, the runs left RUNNING marked KILLED with the reason (``guard_launcher``).
 """
 
 from __future__ import annotations
@@ -49,6 +55,86 @@ def stop_requested(path: Path | None) -> str | None:
         return "SIGTERM"
 
 
+def exit_stopped(sweep_dir: str | Path, name: str) -> None:
+    """End the sweep's run KILLED, say how to resume, and exit 130 (SIGINT) or 143 (SIGTERM)."""
+    from fedrun.errors import FedrunError
+    from fedrun.track.mlflow import end_sweep_parents
+
+    try:
+        end_sweep_parents(sweep_dir, "KILLED")
+    except FedrunError as err:
+        print(f"fedrun: could not end the sweep's run: {err}", file=sys.stderr)
+    print(f"fedrun: the sweep was stopped by {name}; resume a stopped job with its sim.resume path "
+          "(in its run's failure reason).", file=sys.stderr)
+    sys.exit(130 if name == "SIGINT" else 143)
+
+
+_current_sweep: dict[str, str | Path | None] = {"dir": None}  # the sweep a guarded launcher is running
+
+
+def guard_launcher(target: str, sweep_dir: str | Path) -> None:
+    """Wrap the launcher class ``target`` (``hydra.launcher._target_``) so that an error it raises after a stop
+    was requested ends the sweep as stopped (above) instead of as a traceback; other errors pass through."""
+    from hydra.utils import get_class
+
+    _current_sweep["dir"] = sweep_dir
+    launcher = get_class(target)
+    launch = launcher.launch
+    if getattr(launch, "fedrun_guarded", False):
+        return
+
+    def guarded(self, *args, **kwargs):
+        try:
+            return launch(self, *args, **kwargs)
+        except Exception as err:
+            sweep_dir = _current_sweep["dir"]
+            name = stop_requested(marker(sweep_dir))
+            if name is None:
+                raise
+            from fedrun.errors import FedrunError
+            from fedrun.track.mlflow import end_orphaned_jobs
+
+            reason = (f"stopped by {name}: the launcher ended this job's process before the run recorded its end "
+                      f"({type(err).__name__}); resume from its checkpoint if it wrote one")
+            try:
+                ended = end_orphaned_jobs(sweep_dir, reason)
+            except FedrunError as store_err:
+                ended, reason = 0, f"{reason}; could not mark its run: {store_err}"
+            print(f"fedrun: the launcher lost {ended} running job(s) to the {name} ({type(err).__name__}); their "
+                  "runs are marked KILLED with the reason.", file=sys.stderr)
+            exit_stopped(sweep_dir, name)
+
+    guarded.fedrun_guarded = True
+    launcher.launch = guarded
+    if "submitit" in target:
+        controllers_ignore_sigint()
+
+
+def controllers_ignore_sigint() -> None:
+    """Start submitit's local job controllers with SIGINT ignored (a disposition a child inherits through exec),
+    so that a Ctrl-C reaches the Hydra parent and the jobs, which stop at a round boundary, and not the
+    controllers, which would kill the jobs mid-round. The jobs set their own SIGINT handler when they start."""
+    try:
+        from submitit.local import local
+    except ImportError:  # the slurm executor only
+        return
+    start = local.start_controller
+    if getattr(start, "fedrun_guarded", False):
+        return
+
+    def start_ignoring_sigint(*args, **kwargs):
+        if threading.current_thread() is not threading.main_thread():
+            return start(*args, **kwargs)
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            return start(*args, **kwargs)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    start_ignoring_sigint.fedrun_guarded = True
+    local.start_controller = start_ignoring_sigint
+
+
 class StopOnSignal(Callback):
     """The Hydra parent's side of a sweep stop (registered in ``conf/config.yaml``)."""
 
@@ -56,6 +142,7 @@ class StopOnSignal(Callback):
         sweep_dir = config.hydra.sweep.dir
         Path(sweep_dir).mkdir(parents=True, exist_ok=True)
         (Path(sweep_dir) / OVERRIDES).write_text(" ".join(config.hydra.overrides.task))
+        guard_launcher(config.hydra.launcher._target_, sweep_dir)
         if threading.current_thread() is not threading.main_thread():
             return
 
@@ -76,12 +163,10 @@ class StopOnSignal(Callback):
         from fedrun.track.mlflow import end_sweep_parents
 
         name = stop_requested(marker(config.hydra.sweep.dir))
+        if name is not None:
+            exit_stopped(config.hydra.sweep.dir, name)
         try:
-            end_sweep_parents(config.hydra.sweep.dir, "FINISHED" if name is None else "KILLED")
+            end_sweep_parents(config.hydra.sweep.dir, "FINISHED")
         except FedrunError as err:
             print(f"fedrun: could not end the sweep's run: {err}", file=sys.stderr)
-        if name is not None:
-            print(f"fedrun: the sweep was stopped by {name}; resume a stopped job with its sim.resume path "
-                  "(in its run's failure reason).", file=sys.stderr)
-            sys.exit(130 if name == "SIGINT" else 143)
 

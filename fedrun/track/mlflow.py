@@ -301,6 +301,24 @@ def end_sweep_parents(sweep_dir: str | Path, status: str) -> None:
             open_client(entry["uri"]).set_terminated(entry["run_id"], status=status)
 
 
+def end_orphaned_jobs(sweep_dir: str | Path, reason: str) -> int:
+    """Mark KILLED, with ``reason``, every run of the sweep still RUNNING after its launcher gave up on it (a
+    job process killed before it could record its end); the number of runs so marked."""
+    ended = 0
+    for entry in sweep_parents(sweep_dir):
+        with store_call(entry["uri"], "ending the sweep's unfinished runs"):
+            client = open_client(entry["uri"])
+            parent = client.get_run(entry["run_id"])
+            children = client.search_runs([parent.info.experiment_id],
+                                          f"tags.mlflow.parentRunId = '{entry['run_id']}' and attributes.status = "
+                                          "'RUNNING'")
+            for run in children:
+                client.set_tag(run.info.run_id, "fedrun.failure_reason", reason)
+                client.set_terminated(run.info.run_id, status="KILLED")
+                ended += 1
+    return ended
+
+
 def open_client(uri: str):
     """An ``MlflowClient`` on ``uri``; a SQLite store is opened under an exclusive lock beside it.
 

@@ -136,3 +136,31 @@ def test_a_stopped_sweep_leaves_no_run_unrecorded(store, tmp_path, launcher):
     assert runs and all(r.info.status == "KILLED" for r in runs), [r.info.status for r in runs]
     assert all("sim.resume=" in r.data.tags["fedrun.failure_reason"] for r in runs)
     assert len(runs) < 4  # the queued jobs were skipped, not run
+
+
+def test_ctrl_c_to_a_submitit_local_sweep_loses_no_run(store, tmp_path):
+    """A terminal's Ctrl-C (SIGINT to the whole process group) on a submitit_local sweep: submitit's controllers
+    used to get it too, print a KeyboardInterrupt traceback each and kill their job a second later (its run left
+    RUNNING), and the parent died in UncompletedJobError with the sweep's run RUNNING. Now the controllers ignore
+    SIGINT, every job stops at its round boundary with a checkpoint, and the sweep exits 130."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="hydra-submitit-launcher not installed")
+    sweep_dir = tmp_path / "sweep"
+    process = subprocess.Popen([FEDRUN, "-m", "hydra/launcher=submitit_local", *LONG, "sim.epochs=20",
+                                "sim.seed=1,2", "sim.threads=1", "track.experiment=sweep-submitit",
+                                f"hydra.sweep.dir={sweep_dir}"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_for(store),
+                               start_new_session=True)  # its own process group, as a terminal's job
+    deadline = time.time() + 180
+    while len(list(sweep_dir.glob("*/checkpoint.pt"))) < 2 and process.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert process.poll() is None, "the sweep ended before it could be stopped"
+    os.killpg(process.pid, signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr + stdout
+    client = MlflowClient(store)
+    every = client.search_runs([client.get_experiment_by_name("sweep-submitit").experiment_id])
+    runs = [r for r in every if r.data.tags.get("fedrun.kind") != "sweep"]
+    (parent,) = [r for r in every if r.data.tags.get("fedrun.kind") == "sweep"]
+    assert parent.info.status == "KILLED" and len(runs) == 2
+    assert all(r.info.status == "KILLED" and "sim.resume=" in r.data.tags["fedrun.failure_reason"] for r in runs)
