@@ -1,0 +1,119 @@
+"""Privacy–utility curves from the runs of ``+experiment=privacy_utility`` (the commands are in that preset): test
+utility against the LDP budget ε of one upload, one panel per dataset, one line per method and protected upload,
+mean ± std over seeds; ε = ∞ is the method's run with ``privacy=none``, drawn at the right edge and joined by a
+dotted line → ``<out>/privacy-utility.md`` and ``<out>/privacy-utility.png``.
+
+Utility is NDCG@10 on ranking data and RMSE on ratings (lower is better), beside the floor of the same split.
+
+    python scripts/privacy_utility.py [--experiment privacy-utility] [--ledger CSV] [--out docs/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from mlflow.tracking import MlflowClient  # noqa: E402
+
+from fedrun.report import ledger  # noqa: E402
+from fedrun.report.cli import collect, drop_reruns  # noqa: E402
+from fedrun.report.table import markdown  # noqa: E402
+from fedrun.track.mlflow import default_uri  # noqa: E402
+
+UTILITY = ["ndcg_at_10", "rmse"]  # the first each run logged
+
+
+def points(frame: pd.DataFrame) -> pd.DataFrame:
+    """Finished runs → one row per (dataset, curve, ε): utility mean, std and count, and the floor."""
+    done, _ = drop_reruns(frame)
+    done = done[done["status"] == "FINISHED"].copy()
+    done["metric"] = [next((m for m in UTILITY if pd.notna(row.get(f"metric:test_{m}"))), None)
+                      for _, row in done.iterrows()]
+    done["value"] = [row.get(f"metric:test_{row['metric']}") for _, row in done.iterrows()]
+    done["floor"] = [row.get(f"metric:floor_{row['metric']}") for _, row in done.iterrows()]
+    private = done["param:choices.privacy"].astype(str) != "none"
+    done["epsilon"] = math.inf
+    done.loc[private, "epsilon"] = done.loc[private, "param:privacy.epsilon"].astype(float)
+    targets = done.get("param:privacy.targets", pd.Series("", index=done.index)).astype(str)
+    done["protects"] = targets.where(private, "")
+    done["curve"] = done["param:choices.method"].astype(str) + " / " + done["param:choices.backbone"].astype(str)
+    grouped = done.groupby(["param:choices.dataset", "metric", "curve", "epsilon"], dropna=False)
+    out = grouped.agg(mean=("value", "mean"), std=("value", "std"), runs=("value", "size"), floor=("floor", "mean"),
+                      protects=("protects", lambda s: ", ".join(sorted(set(s) - {""}))))
+    return out.reset_index().rename(columns={"param:choices.dataset": "dataset"}).fillna({"std": 0.0})
+
+
+def render(table: pd.DataFrame) -> str:
+    header = ["dataset", "method / backbone", "protects", "ε", "runs", "test utility", "floor"]
+    rows = [[r.dataset, r.curve, r.protects or "nothing", "∞" if math.isinf(r.epsilon) else f"{r.epsilon:g}",
+             str(r.runs), f"{r.metric} {r.mean:.4f} ± {r.std:.4f}", f"{r.floor:.4f}" if pd.notna(r.floor) else ""]
+            for r in table.itertuples()]
+    return "Test utility against the LDP budget ε of one upload (mean ± std over seeds).\n\n" + markdown(header, rows)
+
+
+def plot(table: pd.DataFrame, path: Path) -> None:
+    datasets = sorted(table["dataset"].unique())
+    fig, axes = plt.subplots(1, len(datasets), figsize=(6.5 * len(datasets), 4.8), squeeze=False)
+    for ax, dataset in zip(axes[0], datasets):
+        part = table[table["dataset"] == dataset]
+        finite = part.loc[~part["epsilon"].map(math.isinf), "epsilon"]
+        edge = 2 * finite.max() if len(finite) else 1.0  # where ∞ is drawn
+        for curve, line in part.groupby("curve"):
+            line = line.sort_values("epsilon")
+            x = line["epsilon"].where(~line["epsilon"].map(math.isinf), edge)
+            noisy = ~line["epsilon"].map(math.isinf)
+            drawn = ax.errorbar(x[noisy], line["mean"][noisy], yerr=line["std"][noisy], marker="o", capsize=3,
+                                label=curve)
+            if (~noisy).any():
+                ax.errorbar(x[~noisy], line["mean"][~noisy], yerr=line["std"][~noisy], marker="s", capsize=3,
+                            color=drawn[0].get_color())
+                ax.plot(x.iloc[-2:], line["mean"].iloc[-2:], ":", color=drawn[0].get_color())
+        floor = part["floor"].dropna()
+        if len(floor):
+            ax.axhline(float(floor.mean()), ls="--", color="grey", label="floor")
+        ax.set_xscale("log")
+        ticks = sorted(finite.unique())
+        ax.set_xticks([*ticks, edge], [*[f"{t:g}" for t in ticks], "∞"])
+        ax.set_xlabel("ε of one upload (LDP)")
+        ax.set_ylabel(f"test {part['metric'].iloc[0]}")
+        ax.set_title(dataset)
+        ax.grid(alpha=.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--experiment", default="privacy-utility")
+    parser.add_argument("--uri", default=None, help="tracking URI (default: $MLFLOW_TRACKING_URI or outputs/mlflow.db)")
+    parser.add_argument("--ledger", type=Path, default=None, help="CSV of earlier runs, merged and rewritten")
+    parser.add_argument("--out", type=Path, default=Path("docs/results"))
+    args = parser.parse_args(argv)
+    client = MlflowClient(args.uri or default_uri())
+    experiment = client.get_experiment_by_name(args.experiment)
+    frame = collect(client, experiment.experiment_id) if experiment else pd.DataFrame()
+    if args.ledger:
+        frame = ledger.merge(ledger.read(args.ledger), frame)
+        ledger.write(frame, args.ledger)
+    if frame.empty:
+        raise SystemExit(f"privacy_utility: experiment {args.experiment!r} has no runs (see conf/experiment/"
+                         "privacy_utility.yaml for the commands)")
+    table = points(frame)
+    args.out.mkdir(parents=True, exist_ok=True)
+    text = render(table)
+    (args.out / "privacy-utility.md").write_text(text + "\n")
+    plot(table, args.out / "privacy-utility.png")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

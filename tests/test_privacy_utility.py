@@ -1,0 +1,54 @@
+"""scripts/privacy_utility.py: utility against ε per dataset and curve, ε = ∞ from the privacy=none runs, and the
+preset's commands compose (each method in its paper's setting, the protected upload named)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import compose_cfg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
+from privacy_utility import main, points  # noqa: E402
+
+
+def runs(method: str, eps: float | None, values: list[float], metric: str = "ndcg_at_10") -> list[dict]:
+    return [{"run_id": f"{method}{eps}{seed}", "status": "FINISHED", "start_time": seed, "reason": "",
+             "param:choices.method": method, "param:choices.backbone": "mf", "param:choices.dataset": "ml-100k",
+             "param:choices.privacy": "none" if eps is None else "ldp", "param:privacy.epsilon": eps,
+             "param:privacy.targets": None if eps is None else "['item_rows']", "param:sim.seed": str(seed),
+             f"metric:test_{metric}": value, f"metric:floor_{metric}": .04} for seed, value in enumerate(values, 1)]
+
+
+def test_points_average_seeds_per_epsilon_with_infinity_from_no_privacy():
+    frame = pd.DataFrame(runs("fedavg", 1.0, [.02, .04]) + runs("fedavg", 8.0, [.05]) + runs("fedavg", None, [.06]))
+    table = points(frame)
+    assert list(table["epsilon"]) == [1.0, 8.0, math.inf]
+    assert table.loc[0, "mean"] == pytest.approx(.03) and table.loc[0, "runs"] == 2
+    assert table.loc[0, "protects"] == "['item_rows']" and table.loc[2, "protects"] == ""
+
+
+def test_main_draws_the_curves_from_a_ledger(tmp_path):
+    ledger = tmp_path / "runs.csv"
+    pd.DataFrame(runs("fedavg", 1.0, [.02]) + runs("fedavg", None, [.06])).to_csv(ledger, index=False)
+    assert main(["--experiment", "nothing-here", "--ledger", str(ledger), "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "privacy-utility.md").read_text()
+    assert "| ∞ " in text and "nothing" in text and "ndcg_at_10 0.0200" in text
+    assert (tmp_path / "privacy-utility.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("overrides,targets", [(["method=fedcl", "privacy=ldp"], ["user_embedding"]),
+                                               (["method=fedavg", "privacy=ldp_items"], ["item_rows"]),
+                                               (["method=fedrec", "dataset=filmtrust", "privacy=ldp_items"],
+                                                ["item_rows"])])
+def test_the_presets_commands_compose(overrides, targets):
+    cfg = compose_cfg(["+experiment=privacy_utility", *overrides])
+    bare = compose_cfg([o for o in overrides if not o.startswith("privacy=")] + ["dataset=ml-100k"] *
+                       (not any(o.startswith("dataset=") for o in overrides)))
+    assert list(cfg.privacy.targets) == targets and cfg.experiment_name == "privacy-utility"
+    assert cfg.choices.backbone == bare.choices.backbone and cfg.choices.dataset == bare.choices.dataset
