@@ -12,7 +12,6 @@ seconds per round times its rounds per epoch, on the machine and load the run ha
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import matplotlib
@@ -20,14 +19,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
-from mlflow.tracking import MlflowClient  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from fedrun.core.paths import config_dir  # noqa: E402
-from fedrun.report import ledger  # noqa: E402
-from fedrun.report.cli import collect, drop_reruns  # noqa: E402
+from fedrun.report.cli import drop_reruns, script_runs  # noqa: E402
 from fedrun.report.table import markdown  # noqa: E402
-from fedrun.track.mlflow import default_uri  # noqa: E402
 
 RANKING = ["test_hr_at_10", "test_ndcg_at_10", "test_hr_at_20", "test_ndcg_at_20"]
 COSTS = ["bytes_up_per_client", "bytes_down_per_client", "seconds_per_epoch"]
@@ -108,26 +104,12 @@ def plot(table: pd.DataFrame, path: Path, dataset: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--experiment", default="leaderboard")
-    parser.add_argument("--uri", default=None, help="tracking URI (default: $MLFLOW_TRACKING_URI or outputs/mlflow.db)")
-    parser.add_argument("--ledger", type=Path, default=None, help="CSV of earlier runs, merged and rewritten")
-    parser.add_argument("--out", type=Path, default=Path("docs"))
-    args = parser.parse_args(argv)
-    client = MlflowClient(args.uri or default_uri())
-    experiment = client.get_experiment_by_name(args.experiment)
-    frame = collect(client, experiment.experiment_id) if experiment else pd.DataFrame()
-    if args.ledger:
-        frame = ledger.merge(ledger.read(args.ledger), frame)
-        ledger.write(frame, args.ledger)
-    if frame.empty:
-        raise SystemExit(f"leaderboard: experiment {args.experiment!r} has no runs: fedrun -m +experiment=leaderboard")
+    frame, out = script_runs(__doc__.splitlines()[0], "leaderboard", Path("docs"), argv)
     dataset = ", ".join(sorted(set(frame["param:choices.dataset"].astype(str))))
     table = board(frame)
-    args.out.mkdir(parents=True, exist_ok=True)
     text = render(table, dataset)
-    (args.out / "leaderboard.md").write_text(text)
-    plot(table, args.out / "leaderboard.png", dataset)
+    (out / "leaderboard.md").write_text(text)
+    plot(table, out / "leaderboard.png", dataset)
     print(text)
     return 0
 

@@ -10,7 +10,6 @@ Utility is NDCG@10 on ranking data and RMSE on ratings (lower is better), beside
 
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 
@@ -19,12 +18,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
-from mlflow.tracking import MlflowClient  # noqa: E402
 
-from fedrun.report import ledger  # noqa: E402
-from fedrun.report.cli import collect, drop_reruns  # noqa: E402
+from fedrun.report.cli import drop_reruns, script_runs  # noqa: E402
 from fedrun.report.table import markdown  # noqa: E402
-from fedrun.track.mlflow import default_uri  # noqa: E402
 
 UTILITY = ["ndcg_at_10", "rmse"]  # the first each run logged
 
@@ -91,26 +87,11 @@ def plot(table: pd.DataFrame, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--experiment", default="privacy-utility")
-    parser.add_argument("--uri", default=None, help="tracking URI (default: $MLFLOW_TRACKING_URI or outputs/mlflow.db)")
-    parser.add_argument("--ledger", type=Path, default=None, help="CSV of earlier runs, merged and rewritten")
-    parser.add_argument("--out", type=Path, default=Path("docs/results"))
-    args = parser.parse_args(argv)
-    client = MlflowClient(args.uri or default_uri())
-    experiment = client.get_experiment_by_name(args.experiment)
-    frame = collect(client, experiment.experiment_id) if experiment else pd.DataFrame()
-    if args.ledger:
-        frame = ledger.merge(ledger.read(args.ledger), frame)
-        ledger.write(frame, args.ledger)
-    if frame.empty:
-        raise SystemExit(f"privacy_utility: experiment {args.experiment!r} has no runs (see conf/experiment/"
-                         "privacy_utility.yaml for the commands)")
+    frame, out = script_runs(__doc__.splitlines()[0], "privacy-utility", Path("docs/results"), argv)
     table = points(frame)
-    args.out.mkdir(parents=True, exist_ok=True)
     text = render(table)
-    (args.out / "privacy-utility.md").write_text(text + "\n")
-    plot(table, args.out / "privacy-utility.png")
+    (out / "privacy-utility.md").write_text(text + "\n")
+    plot(table, out / "privacy-utility.png")
     print(text)
     return 0
 

@@ -175,6 +175,28 @@ def render(frame: pd.DataFrame, title: str, metrics: list[str], out: Path) -> tu
     return text, files
 
 
+def script_runs(description: str, experiment: str, out: Path, argv: list[str] | None) -> tuple[pd.DataFrame, Path]:
+    """The command line of a figure script (``--experiment``, ``--uri``, ``--ledger``, ``--out``): the runs of
+    the experiment, merged with the ledger's (which is rewritten with them all), and the output folder."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--experiment", default=experiment)
+    parser.add_argument("--uri", default=None, help="tracking URI (default: $MLFLOW_TRACKING_URI or outputs/mlflow.db)")
+    parser.add_argument("--ledger", type=Path, default=None, help="CSV of earlier runs, merged and rewritten")
+    parser.add_argument("--out", type=Path, default=out)
+    args = parser.parse_args(argv)
+    client = open_client(args.uri or default_uri())
+    found = client.get_experiment_by_name(args.experiment)
+    frame = collect(client, found.experiment_id) if found else pd.DataFrame()
+    if args.ledger:
+        frame = ledger.merge(ledger.read(args.ledger), frame)
+        ledger.write(frame, args.ledger)
+    if frame.empty:
+        raise SystemExit(f"experiment {args.experiment!r} has no runs (the commands are in its preset, "
+                         "conf/experiment/)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    return frame, args.out
+
+
 def report_sweep(uri: str, parent_run_id: str, out: Path) -> str | None:
     """A sweep's own report (its child runs only), written under ``out`` and logged on its parent run under
     ``report/``; the Markdown text, or None when the sweep recorded no run."""
