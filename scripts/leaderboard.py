@@ -1,10 +1,10 @@
 """One leaderboard across the papers, from the runs of ``fedrun -m +experiment=leaderboard``: every method in its
 own paper's setting on the same split and protocol, ranked by test NDCG@10 (mean ± std over seeds), beside the
 popularity floor, the bytes a client sends and receives per round, the training time per epoch and the ε of its
-local differential privacy where that is on → ``<out>/leaderboard.md`` and ``<out>/leaderboard.png`` (NDCG@10
-against bytes up per client per round and against seconds per epoch).
+local differential privacy where that is on → ``<out>/table.md`` and ``<out>/leaderboard.png`` (NDCG@10
+against bytes up per client per round and against seconds per epoch); docs/leaderboard.md reads them.
 
-    python scripts/leaderboard.py [--experiment leaderboard] [--ledger docs/leaderboard-runs.csv] [--out docs]
+    python scripts/leaderboard.py [--ledger docs/leaderboard/leaderboard-runs.csv] [--out docs/leaderboard]
 
 Bytes are the last round's (``bytes_*_per_client``, a per-round metric); seconds per epoch are the run's training
 seconds per round times its rounds per epoch, on the machine and load the run had (the ledger keeps both).
@@ -104,11 +104,11 @@ def plot(table: pd.DataFrame, path: Path, dataset: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    frame, out = script_runs(__doc__.splitlines()[0], "leaderboard", Path("docs"), argv)
+    frame, out = script_runs(__doc__.splitlines()[0], "leaderboard", Path("docs/leaderboard"), argv)
     dataset = ", ".join(sorted(set(frame["param:choices.dataset"].astype(str))))
     table = board(frame)
     text = render(table, dataset)
-    (out / "leaderboard.md").write_text(text)
+    (out / "table.md").write_text(text)
     plot(table, out / "leaderboard.png", dataset)
     print(text)
     return 0

@@ -71,5 +71,5 @@ def test_main_writes_the_table_and_figure_from_a_ledger(tmp_path):
     ledger = tmp_path / "runs.csv"
     pd.DataFrame(runs("pop", [.04]) + runs("fedavg", [.05, .07])).to_csv(ledger, index=False)
     assert main(["--experiment", "nothing-here", "--ledger", str(ledger), "--out", str(tmp_path)]) == 0
-    assert "| fedavg |" in (tmp_path / "leaderboard.md").read_text()
+    assert "| fedavg |" in (tmp_path / "table.md").read_text()
     assert (tmp_path / "leaderboard.png").stat().st_size > 10_000
