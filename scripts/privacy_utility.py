@@ -1,11 +1,11 @@
 """Privacy–utility curves from the runs of ``+experiment=privacy_utility`` (the commands are in that preset): test
 utility against the LDP budget ε of one upload, one panel per dataset, one line per method and protected upload,
 mean ± std over seeds; ε = ∞ is the method's run with ``privacy=none``, drawn at the right edge and joined by a
-dotted line → ``<out>/privacy-utility.md`` and ``<out>/privacy-utility.png``.
+dotted line → ``<out>/table.md`` and ``<out>/privacy-utility.png`` (docs/results/privacy-utility.md reads them).
 
 Utility is NDCG@10 on ranking data and RMSE on ratings (lower is better), beside the floor of the same split.
 
-    python scripts/privacy_utility.py [--experiment privacy-utility] [--ledger CSV] [--out docs/results]
+    python scripts/privacy_utility.py [--ledger docs/results/privacy-utility/privacy-utility-runs.csv]
 """
 
 from __future__ import annotations
@@ -26,13 +26,16 @@ UTILITY = ["ndcg_at_10", "rmse"]  # the first each run logged
 
 
 def points(frame: pd.DataFrame) -> pd.DataFrame:
-    """Finished runs → one row per (dataset, curve, ε): utility mean, std and count, and the floor."""
+    """Finished and failed runs → one row per (dataset, curve, ε): utility mean, std and count over the finished
+    ones, how many failed (a model that diverged under the noise is a point of the curve too), and the floor."""
     done, _ = drop_reruns(frame)
-    done = done[done["status"] == "FINISHED"].copy()
-    done["metric"] = [next((m for m in UTILITY if pd.notna(row.get(f"metric:test_{m}"))), None)
-                      for _, row in done.iterrows()]
+    done = done[done["status"].isin(["FINISHED", "FAILED"])].copy()
+    ranking = done.get("metric:floor_ndcg_at_10", pd.Series(index=done.index)).notna().groupby(
+        done["param:choices.dataset"]).transform("any")
+    done["metric"] = ranking.map({True: UTILITY[0], False: UTILITY[1]})
     done["value"] = [row.get(f"metric:test_{row['metric']}") for _, row in done.iterrows()]
     done["floor"] = [row.get(f"metric:floor_{row['metric']}") for _, row in done.iterrows()]
+    done["failed"] = done["status"] == "FAILED"
     private = done["param:choices.privacy"].astype(str) != "none"
     done["epsilon"] = math.inf
     done.loc[private, "epsilon"] = done.loc[private, "param:privacy.epsilon"].astype(float)
@@ -40,17 +43,20 @@ def points(frame: pd.DataFrame) -> pd.DataFrame:
     done["protects"] = targets.where(private, "")
     done["curve"] = done["param:choices.method"].astype(str) + " / " + done["param:choices.backbone"].astype(str)
     grouped = done.groupby(["param:choices.dataset", "metric", "curve", "epsilon"], dropna=False)
-    out = grouped.agg(mean=("value", "mean"), std=("value", "std"), runs=("value", "size"), floor=("floor", "mean"),
-                      protects=("protects", lambda s: ", ".join(sorted(set(s) - {""}))))
+    out = grouped.agg(mean=("value", "mean"), std=("value", "std"), runs=("value", "count"), failed=("failed", "sum"),
+                      floor=("floor", "mean"), protects=("protects", lambda s: ", ".join(sorted(set(s) - {""}))))
     return out.reset_index().rename(columns={"param:choices.dataset": "dataset"}).fillna({"std": 0.0})
 
 
 def render(table: pd.DataFrame) -> str:
-    header = ["dataset", "method / backbone", "protects", "ε", "runs", "test utility", "floor"]
+    header = ["dataset", "method / backbone", "protects", "ε", "runs", "failed", "test utility", "floor"]
     rows = [[r.dataset, r.curve, r.protects or "nothing", "∞" if math.isinf(r.epsilon) else f"{r.epsilon:g}",
-             str(r.runs), f"{r.metric} {r.mean:.4f} ± {r.std:.4f}", f"{r.floor:.4f}" if pd.notna(r.floor) else ""]
+             str(r.runs), str(r.failed) if r.failed else "",
+             f"{r.metric} {r.mean:.4f} ± {r.std:.4f}" if r.runs else "every run failed (reasons in the ledger)",
+             f"{r.floor:.4f}" if pd.notna(r.floor) else ""]
             for r in table.itertuples()]
-    return "Test utility against the LDP budget ε of one upload (mean ± std over seeds).\n\n" + markdown(header, rows)
+    return ("Test utility against the LDP budget ε of one upload (mean ± std over the seeds that finished; failed: "
+            "runs that ended FAILED, e.g. a model the noise drove to non-finite values).\n\n" + markdown(header, rows))
 
 
 def plot(table: pd.DataFrame, path: Path) -> None:
@@ -87,10 +93,10 @@ def plot(table: pd.DataFrame, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    frame, out = script_runs(__doc__.splitlines()[0], "privacy-utility", Path("docs/results"), argv)
+    frame, out = script_runs(__doc__.splitlines()[0], "privacy-utility", Path("docs/results/privacy-utility"), argv)
     table = points(frame)
     text = render(table)
-    (out / "privacy-utility.md").write_text(text + "\n")
+    (out / "table.md").write_text(text + "\n")
     plot(table, out / "privacy-utility.png")
     print(text)
     return 0

@@ -26,18 +26,22 @@ def runs(method: str, eps: float | None, values: list[float], metric: str = "ndc
 
 
 def test_points_average_seeds_per_epsilon_with_infinity_from_no_privacy():
-    frame = pd.DataFrame(runs("fedavg", 1.0, [.02, .04]) + runs("fedavg", 8.0, [.05]) + runs("fedavg", None, [.06]))
+    diverged = [{**run, "status": "FAILED", "metric:test_ndcg_at_10": None, "metric:floor_ndcg_at_10": None}
+                for run in runs("fedavg", .5, [0.0])]
+    frame = pd.DataFrame(runs("fedavg", 1.0, [.02, .04]) + runs("fedavg", 8.0, [.05]) + runs("fedavg", None, [.06])
+                         + diverged)
     table = points(frame)
-    assert list(table["epsilon"]) == [1.0, 8.0, math.inf]
-    assert table.loc[0, "mean"] == pytest.approx(.03) and table.loc[0, "runs"] == 2
-    assert table.loc[0, "protects"] == "['item_rows']" and table.loc[2, "protects"] == ""
+    assert list(table["epsilon"]) == [.5, 1.0, 8.0, math.inf]
+    assert table.loc[1, "mean"] == pytest.approx(.03) and table.loc[1, "runs"] == 2
+    assert table.loc[0, "runs"] == 0 and table.loc[0, "failed"] == 1  # a diverged point stays on the curve
+    assert table.loc[1, "protects"] == "['item_rows']" and table.loc[3, "protects"] == ""
 
 
 def test_main_draws_the_curves_from_a_ledger(tmp_path):
     ledger = tmp_path / "runs.csv"
     pd.DataFrame(runs("fedavg", 1.0, [.02]) + runs("fedavg", None, [.06])).to_csv(ledger, index=False)
     assert main(["--experiment", "nothing-here", "--ledger", str(ledger), "--out", str(tmp_path)]) == 0
-    text = (tmp_path / "privacy-utility.md").read_text()
+    text = (tmp_path / "table.md").read_text()
     assert "| ∞ " in text and "nothing" in text and "ndcg_at_10 0.0200" in text
     assert (tmp_path / "privacy-utility.png").stat().st_size > 10_000
 
