@@ -43,6 +43,10 @@ def epsilon_of(group: pd.DataFrame) -> str:
     privacy = group.get("param:choices.privacy", pd.Series(["none"])).astype(str).iloc[0]
     if privacy == "none" or "param:privacy.epsilon" not in group:
         return "—"
+    scale = str(group.get("param:privacy.scale", pd.Series(["None"])).iloc[0])
+    if scale not in ("None", "nan", ""):  # FedGNN's Laplace λ set directly: its ε is per coordinate (2δ/λ)
+        clip = float(group["param:privacy.clip"].iloc[0])
+        return f"{2 * clip / float(scale):g} per coordinate (λ {float(scale):g})"
     return ", ".join(sorted(set(group["param:privacy.epsilon"].astype(str))))
 
 

@@ -63,6 +63,12 @@ def test_board_ranks_by_ndcg_with_the_floor_ratio_and_epsilon():
     assert "| 2.0 | 4.0 | 1.50 |" in text  # KB up, KB down, seconds per epoch
 
 
+def test_a_laplace_scale_set_directly_is_shown_as_its_per_coordinate_epsilon():
+    frame = pd.DataFrame([{**run, "param:privacy.scale": "0.1", "param:privacy.clip": "0.5"}
+                          for run in runs("fedgnn", [.05], privacy="ldp", eps="4.0")])
+    assert board(frame).loc[0, "epsilon"] == "10 per coordinate (λ 0.1)"
+
+
 def test_paper_of_reads_the_methods_setting():
     assert paper_of("fedcl") == "fedcl" and paper_of("fcf") == "lightfr" and paper_of("pop") == "—"
 
