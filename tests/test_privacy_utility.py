@@ -47,8 +47,8 @@ def test_main_draws_the_curves_from_a_ledger(tmp_path):
 
 
 @pytest.mark.parametrize("overrides,targets", [(["method=fedcl", "privacy=ldp"], ["user_embedding"]),
-                                               (["method=fedavg", "privacy=ldp_items"], ["item_rows"]),
-                                               (["method=fedrec", "dataset=filmtrust", "privacy=ldp_items"],
+                                               (["method=fedavg", "privacy=item_rows/ldp"], ["item_rows"]),
+                                               (["method=fedrec", "dataset=filmtrust", "privacy=item_rows/ldp"],
                                                 ["item_rows"])])
 def test_the_presets_commands_compose(overrides, targets):
     cfg = compose_cfg(["+experiment=privacy_utility", *overrides])
