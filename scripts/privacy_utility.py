@@ -79,6 +79,10 @@ def plot(table: pd.DataFrame, path: Path) -> None:
         floor = part["floor"].dropna()
         if len(floor):
             ax.axhline(float(floor.mean()), ls="--", color="grey", label="floor")
+        lost = part[part["runs"] == 0]  # every run failed: marked at the bottom of the panel
+        if len(lost):
+            ax.plot(lost["epsilon"], [0.0] * len(lost), "x", color="red", transform=ax.get_xaxis_transform(),
+                    markersize=10, clip_on=False, label="every run failed")
         ax.set_xscale("log")
         ticks = sorted(finite.unique())
         ax.set_xticks([*ticks, edge], [*[f"{t:g}" for t in ticks], "∞"])
