@@ -47,7 +47,7 @@ def runs(method: str, ndcg: list[float], **params) -> list[dict]:
              "param:sim.seed": str(seed), "metric:test_hr_at_10": 2 * value, "metric:test_ndcg_at_10": value,
              "metric:test_hr_at_20": 3 * value, "metric:test_ndcg_at_20": 1.5 * value,
              "metric:bytes_up_per_client": 2048.0, "metric:bytes_down_per_client": 4096.0,
-             "metric:seconds_per_epoch": 1.5, "metric:floor_ndcg_at_10": None if method == "pop" else .04}
+             "metric:seconds_per_epoch": 2.5, "metric:floor_ndcg_at_10": None if method == "pop" else .04}
             for seed, value in enumerate(ndcg, 1)]
 
 
@@ -59,8 +59,9 @@ def test_board_ranks_by_ndcg_with_the_floor_ratio_and_epsilon():
     assert table.loc[1, "test_ndcg_at_10"] == pytest.approx(.06) and table.loc[1, "runs"] == 2
     assert list(table["epsilon"]) == ["4.0", "—", "—"]
     text = re.sub(" +", " ", render(table, "ml-100k"))  # the table's column padding squeezed
-    assert "| 1 | fedcl | fedcl " in text and "0.0600 ± 0.0141" in text and "| 1.50 |" in text  # .06 / .04
-    assert "| 2.0 | 4.0 | 1.50 |" in text  # KB up, KB down, seconds per epoch
+    assert "| 1 | fedcl | fedcl " in text and "0.0600 ± 0.0141" in text
+    assert "| 0.0900 ± 0.0212 | 1.50 | 2.0 | 4.0 | 2.50 |" in text  # fedavg: NDCG@20, .06 / .04, KB up, down, s
+    assert "| 0.0600 ± 0.0000 | 1.00 |" in text  # pop is the floor itself
 
 
 def test_a_laplace_scale_set_directly_is_shown_as_its_per_coordinate_epsilon():

@@ -32,3 +32,23 @@ def test_an_error_without_a_stop_passes_through(tmp_path):
     sweep.guard_launcher(f"{__name__}.LosingLauncher", tmp_path / "elsewhere")
     with pytest.raises(RuntimeError, match="job 7"):
         LosingLauncher().launch([], 0)
+
+
+def test_orphaned_jobs_of_a_sweep_are_marked_killed_with_the_reason(tmp_path):
+    """The store side: a child run a launcher left RUNNING is ended KILLED with the reason; a finished child and
+    the parent itself are left as they are."""
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("sweep")
+    parent = client.create_run(experiment).info.run_id
+    lost, done = (client.create_run(experiment, tags={"mlflow.parentRunId": parent}).info.run_id for _ in range(2))
+    client.set_terminated(done, status="FINISHED")
+    (tmp_path / track.SWEEP_PARENTS).write_text(json.dumps({"sweep": {"uri": uri, "run_id": parent}}))
+    assert track.end_orphaned_jobs(tmp_path, "stopped by SIGINT: lost") == 1
+    assert client.get_run(lost).info.status == "KILLED"
+    assert client.get_run(lost).data.tags["fedrun.failure_reason"] == "stopped by SIGINT: lost"
+    assert client.get_run(done).info.status == "FINISHED" and client.get_run(parent).info.status == "RUNNING"
