@@ -5,15 +5,19 @@
 #   there:  bash scripts/gpu_run.sh [OUT]   (in the repository root, .gpu/ beside it)
 #
 # Steps, each logged to OUT (default outputs/gpu):
-#   1. scripts/device_check.py: every case trained on the CPU and on CUDA from the same seeds; exact
+#   1. scripts/bench.py --device cuda: W0-W11 on the GPU; then --device cpu on the same host (GPU/CPU ratio)
+#   2. scripts/device_check.py: every case trained on the CPU and on CUDA from the same seeds; exact
 #      cases must agree to float tolerance (synthetic data, then ml-100k)
-#   2. scripts/bench.py --device cuda: W0-W5 on the GPU; then --device cpu on the same host (GPU/CPU ratio)
 #   3. the unit tests with sim.device=auto, i.e. on CUDA (MLflow-backed tests and integration tests left out:
 #      MLflow is not on the GPU image)
 # Set GPU_RUN_QUICK=1 for a smoke run (tiny benchmark, 2 rounds): it checks this script, not the GPU.
 # A short lease runs a part: GPU_RUN_WORKLOADS (benchmark workloads, default all), GPU_RUN_CPU_WORKLOADS
 # (the same host's CPU baseline, default the same), GPU_RUN_ML100K=0 (skip that device check),
-# GPU_RUN_TESTS (pytest paths, default tests/), GPU_RUN_STEP_S (a time limit per step, seconds).
+# GPU_RUN_TESTS (pytest paths, default tests/), GPU_RUN_STEP_S (a time limit per step, seconds);
+# GPU_RUN_BENCH_ARGS (more bench.py arguments); GPU_RUN_CPU_WORKLOADS=none skips the CPU baseline. GPU_RUN_ANCHOR_S=<seconds> also trains the converged
+# LightGCN anchor on gowalla (scripts/lightgcn_anchor.py) in the background while the checks run: the
+# benchmarks run first, alone, so their timings are clean; the checks' timings then share the GPU with it.
+# GPU_RUN_ANCHOR_ARGS passes it more arguments ("--eval-every 20", "dataset=ml-100k" for a smoke run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-outputs/gpu}
@@ -31,16 +35,30 @@ print("torch", torch.__version__, "CUDA", torch.version.cuda, torch.cuda.get_dev
 PY
 
 ROUNDS=5; BENCH=(); if [ "${GPU_RUN_QUICK:-0}" = 1 ]; then ROUNDS=2; BENCH=(--tiny --rounds 2 --loop-rounds 1); fi
+BENCH+=(${GPU_RUN_BENCH_ARGS:-})  # e.g. "--rounds 5 --loop-rounds 1" for a short lease
 WORKLOADS=${GPU_RUN_WORKLOADS:-w0,w1,w2,w3,w4,w5,w6,w7,w8,w9,w10}
 CPU_WORKLOADS=${GPU_RUN_CPU_WORKLOADS:-$WORKLOADS}
 LIMIT=(); [ -n "${GPU_RUN_STEP_S:-}" ] && LIMIT=(timeout "$GPU_RUN_STEP_S")
 status=0
 step() { local name=$1; shift; echo "== $name: $*"; "${LIMIT[@]}" "$@" > >(tee "$OUT/$name.log") 2>&1 || { echo "!! $name failed"; status=1; }; }
+step bench-gpu python3 scripts/bench.py --device "$DEVICE" --workloads "$WORKLOADS" "${BENCH[@]}" --out "$OUT/bench-$DEVICE"
+[ "$CPU_WORKLOADS" != none ] && step bench-cpu python3 scripts/bench.py --device cpu --workloads "$CPU_WORKLOADS" \
+    "${BENCH[@]}" --out "$OUT/bench-cpu"
+anchor=
+if [ -n "${GPU_RUN_ANCHOR_S:-}" ]; then
+    echo "== lightgcn-anchor (background, ${GPU_RUN_ANCHOR_S} s)"
+    timeout $((GPU_RUN_ANCHOR_S + 120)) python3 scripts/lightgcn_anchor.py --device "$DEVICE" \
+        --budget-s "$GPU_RUN_ANCHOR_S" --out "$OUT/lightgcn-anchor" ${GPU_RUN_ANCHOR_ARGS:-} \
+        > "$OUT/lightgcn-anchor.log" 2>&1 &
+    anchor=$!
+fi
 step device-check-synthetic python3 scripts/device_check.py --device "$DEVICE" --rounds $ROUNDS --out "$OUT/synthetic"
 [ "${GPU_RUN_ML100K:-1}" = 1 ] && step device-check-ml100k python3 scripts/device_check.py --device "$DEVICE" \
     --rounds $ROUNDS --data ml-100k --out "$OUT/ml-100k"
-step bench-gpu python3 scripts/bench.py --device "$DEVICE" --workloads "$WORKLOADS" "${BENCH[@]}" --out "$OUT/bench-$DEVICE"
-step bench-cpu python3 scripts/bench.py --device cpu --workloads "$CPU_WORKLOADS" "${BENCH[@]}" --out "$OUT/bench-cpu"
 step tests python3 -m pytest -q -x -p no:cacheprovider -m "not integration" --ignore=tests/integration \
     --ignore=tests/test_run.py --ignore=tests/test_checkpoint.py ${GPU_RUN_TESTS:-tests}
+if [ -n "$anchor" ]; then
+    wait "$anchor" || { echo "!! lightgcn-anchor failed"; status=1; }
+    tail -n 3 "$OUT/lightgcn-anchor.log"
+fi
 exit $status

@@ -45,11 +45,12 @@ def test_state_difference_refuses_states_of_different_layout():
 
 def test_device_check_runs_cpu_against_cpu(tmp_path):
     result = subprocess.run([sys.executable, str(ROOT / "scripts" / "device_check.py"), "--device", "cpu",
-                             "--rounds", "2", "--cases", "fedavg-mf,fedavg-mf-ldp,lightfr", "--out", str(tmp_path)],
-                            capture_output=True, text=True, timeout=600, cwd=tmp_path)
+                             "--rounds", "2", "--cases", "fedavg-mf,fedavg-mf-ldp,lightfr,metamf", "--out",
+                             str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     table = (tmp_path / "device_check.md").read_text()
-    assert table.count("| agrees") == 2 and "draws on device" in table
+    assert table.count("| agrees") == 2 and "draws on device" in table and "| metrics agree" in table
+    assert "- metamf: server Adam" in table  # a metrics-only case says which Adam step moves its state
 
 
 def test_device_check_rejects_unknown_cases(tmp_path):
