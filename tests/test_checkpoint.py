@@ -17,6 +17,9 @@ CASES = {
                               "method.optimizer.lr=0.01", "sim.local_epochs=2"],
     "central-ncf": ["method=central", "backbone=ncf"],
     "fedavg-keep-best": ["method=fedavg", "method.optimizer.lr=0.5", "sim.keep_best=true", "sim.patience=2"],
+    # k-means centres in the state (a numpy array once made every PerFedRec checkpoint unreadable)
+    "perfedrec-clusters": ["method=perfedrec", "method.clusters=3", "privacy=none", "backbone.dim=8",
+                           "sim.clients_per_round=20"],
 }
 
 
@@ -188,3 +191,10 @@ def test_a_checkpoint_with_missing_or_extra_fields_is_a_clean_error(damage, tmp_
     torch.save(payload, path)
     with pytest.raises(DataError, match="not a complete fedrun checkpoint"):
         checkpoint.load(path)
+
+
+def test_a_state_that_could_not_be_read_back_is_refused_when_saved(tmp_path):
+    state = {"clusters": {"centers": __import__("numpy").zeros((2, 3))}, "item": torch.zeros(2)}
+    with pytest.raises(TypeError, match=r"checkpoint\.method\.clusters\.centers is a numpy\.ndarray"):
+        checkpoint.save(tmp_path / "checkpoint.pt", state, checkpoint.RunnerState(), "", None)
+    assert not list(tmp_path.iterdir())  # nothing written

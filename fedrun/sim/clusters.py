@@ -91,8 +91,10 @@ class ClusterModels:
                 self.tables[k].index_add_(0, aggregate.items, aggregate.item_delta, alpha=lr)
 
     def state_dict(self) -> dict:
-        return {"labels": self.labels, "tables": self.tables, "centers": self.centers}
+        centers = None if self.centers is None else torch.from_numpy(self.centers.copy())  # a checkpoint holds tensors
+        return {"labels": self.labels, "tables": self.tables, "centers": centers}
 
     def load_state_dict(self, state: dict) -> None:
-        self.labels, self.tables, self.centers = state["labels"], state["tables"], state["centers"]
+        self.labels, self.tables = state["labels"], state["tables"]
+        self.centers = None if state["centers"] is None else state["centers"].double().cpu().numpy()
 

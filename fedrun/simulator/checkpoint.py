@@ -58,6 +58,7 @@ def save(path: Path, method_state: dict[str, Any], runner: RunnerState, config_y
     previous checkpoint; a failure to write is a ``CheckpointError`` naming the path and the cause."""
     payload = {"version": VERSION, "method": method_state, "runner": runner.__dict__, "config": config_yaml,
                "run_id": run_id}
+    _check_loadable(payload, "checkpoint")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -74,6 +75,23 @@ def save(path: Path, method_state: dict[str, Any], runner: RunnerState, config_y
         raise CheckpointError(f"Could not write the checkpoint {path}: {cause.strerror or cause} "
                               f"(sim.checkpoint_dir chooses another place). The previous checkpoint, if any, "
                               f"is unchanged.") from None
+
+
+LOADABLE = (torch.Tensor, int, float, str, bool, type(None))  # what torch.load(weights_only=True) reads back
+
+
+def _check_loadable(state: Any, where: str) -> None:
+    """Refuse, at save time, a state that ``load`` could not read back (weights_only refuses numpy
+    arrays and other objects): a method's state_dict must hold tensors and plain values only."""
+    if isinstance(state, dict):
+        for key, value in state.items():
+            _check_loadable(value, f"{where}.{key}")
+    elif isinstance(state, (list, tuple)):
+        for index, value in enumerate(state):
+            _check_loadable(value, f"{where}[{index}]")
+    elif not isinstance(state, LOADABLE):
+        raise TypeError(f"{where} is a {type(state).__module__}.{type(state).__qualname__}; a checkpoint holds "
+                        f"tensors and plain values only (its state_dict must convert it), or it cannot be resumed")
 
 
 def _os_error(err: BaseException) -> OSError | None:
