@@ -135,6 +135,8 @@ def build_run(cfg: DictConfig) -> Built:
         evaluator.watch_targets(targets)
         log.info("attack: %d malicious clients promote item(s) %s", getattr(p.attack, "n_clients", 0),
                  targets.tolist())
+    elif p.eval_config.watch == "least_popular":  # no attack: the exposure the attacks' default target has anyway
+        evaluator.watch_targets(choose_targets(AttackConfig(), split))
     built = Built(p, env, method, trainer, evaluator, label)
     for name in clear_uploads(built):
         log.warning("privacy: every sampled client uploads its %s in the clear (privacy=%s); the server sees "

@@ -135,6 +135,23 @@ def test_least_popular_counts_the_validation_part_too():
     assert choose_targets(AttackConfig(n_targets=1), FakeSplit(train, test)).tolist() == [1]  # without it: item 1
 
 
+def test_a_run_without_an_attack_can_watch_the_least_popular_item():
+    """eval.watch=least_popular (the robustness matrix's no-attack row): ER@K of the item the attack rows
+    target, with no attack; the default watches nothing without an attack."""
+    watching = experiment.build_run(compose_cfg(SMALL + ["eval.watch=least_popular"]))
+    split = watching.plan.dataset.load()
+    split_items = torch.cat([torch.as_tensor(np.asarray(p.item)) for p in (split.train, split.valid, split.test)
+                             if p is not None])
+    counts = torch.bincount(split_items, minlength=int(split_items.max()) + 1)
+    target = int(watching.evaluator.targets[0])
+    assert counts[target] == counts[counts > 0].min()
+    assert "er_at_5" in watching.evaluator.evaluate(watching.method, "test")
+    plain = experiment.build_run(compose_cfg(SMALL))
+    assert plain.evaluator.targets is None and "er_at_5" not in plain.evaluator.evaluate(plain.method, "test")
+    with pytest.raises(ConfigError, match="watch"):
+        experiment.build_run(compose_cfg(SMALL + ["eval.watch=everything"]))
+
+
 class FixedScores:
     def __init__(self, scores):
         self.scores = scores

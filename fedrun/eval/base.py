@@ -26,6 +26,8 @@ class EvalConfig:
     # (auto: rmse for ratings, else ndcg — or the first metric — at K = 10, or at the first K without a 10)
     clip_ratings: bool = True  # rating metrics: clip predictions to the training ratings' range
     er_ks: list[int] = field(default_factory=lambda: [5, 10, 20, 30])  # ER@K cut-offs (runs with an attack)
+    watch: str = "attack"  # whose ER@K is reported: attack (the attack's targets, when there is an attack) |
+    # least_popular (the item the attacks target by default, also without an attack: the no-attack baseline)
 
     def __post_init__(self) -> None:
         check(len(self.ks) >= 1 and all(k >= 1 for k in self.ks), "ks", self.ks, "a non-empty list of integers >= 1")
@@ -35,6 +37,7 @@ class EvalConfig:
         check(self.kind in ("auto", "ranking", "rating"), "kind", self.kind, "one of auto, ranking, rating")
         check(len(self.er_ks) >= 1 and all(k >= 1 for k in self.er_ks), "er_ks", self.er_ks,
               "a non-empty list of integers >= 1")
+        check(self.watch in ("attack", "least_popular"), "watch", self.watch, "one of attack, least_popular")
 
 
 class Evaluator:

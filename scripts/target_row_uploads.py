@@ -1,0 +1,131 @@
+"""What the server receives for the attacked item's row (issue #31): why do Median and Krum stop A-hum
+and A-ra on the target's own row, and on what scale must a norm bound's τ sit?
+
+Runs the robustness matrix's setting (``+experiment=robustness/matrix``, the server's sum) for
+``--rounds`` rounds with one attack row and records, each round, what reaches the defense:
+
+  - the target row: how many benign clients upload it (as a positive or a sampled negative) and how
+    many malicious ones; their row norms; the malicious uploads' mean pairwise cosine (do they agree?)
+    and the cosine of their mean with the benign mean;
+  - the push each rule gives the target row along the attack's direction (the malicious mean, unit
+    length): the sum, the coordinate median × uploaders and the trimmed mean × uploaders (the matrix's
+    ``server_reduce: sum``), all over the same uploads;
+  - every uploaded row's L2 norm, benign and malicious: the quantiles that put ``norm_bound``'s τ on
+    the uploads' scale.
+
+    python scripts/target_row_uploads.py --row robustness/a_hum --rounds 48 --out docs/reproductions/attacks
+
+Writes ``target-row-<attack>.csv`` (one line per round) and ``target-row-<attack>.md`` (the summary).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fedrun.cli import compose  # noqa: E402
+from fedrun.defense.median import coordinate_median  # noqa: E402
+from fedrun.experiment import build_run  # noqa: E402
+from fedrun.report.table import markdown  # noqa: E402
+from fedrun.types import RoundContext, Uploads  # noqa: E402
+
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+def mean_pairwise_cosine(rows: torch.Tensor) -> float:
+    """rows [n, d] → the mean cosine over distinct pairs (nan below two rows)."""
+    if rows.shape[0] < 2:
+        return float("nan")
+    unit = torch.nn.functional.normalize(rows, dim=1)
+    gram = unit @ unit.T
+    n = rows.shape[0]
+    return float((gram.sum() - gram.diagonal().sum()) / (n * (n - 1)))
+
+
+def trimmed(rows: torch.Tensor, beta: float) -> torch.Tensor:
+    """The per-coordinate β-trimmed mean of rows [n, d] (as defense=trimmed_mean: ⌊β·n⌋ cut each side)."""
+    cut = int(beta * rows.shape[0])
+    ordered = rows.sort(dim=0).values
+    return ordered[cut:rows.shape[0] - cut].mean(0)
+
+
+def record(uploads: Uploads, ctx: RoundContext, target: int) -> dict[str, float]:
+    malicious_row = uploads.row_client >= ctx.n_clients  # the attack's clients join after the benign ones
+    norms = uploads.row_delta.norm(dim=1)
+    on_target = uploads.row_item == target
+    benign, bad = uploads.row_delta[on_target & ~malicious_row], uploads.row_delta[on_target & malicious_row]
+    everyone = uploads.row_delta[on_target]  # [n, d]
+    out = {"round": ctx.round, "benign uploaders": benign.shape[0], "malicious uploaders": bad.shape[0],
+           "benign target norm": float(benign.norm(dim=1).median()) if benign.shape[0] else float("nan"),
+           "malicious target norm": float(bad.norm(dim=1).median()) if bad.shape[0] else float("nan"),
+           "malicious cosine": mean_pairwise_cosine(bad)}
+    if bad.shape[0] and benign.shape[0]:
+        out["cos(malicious mean, benign mean)"] = float(torch.nn.functional.cosine_similarity(
+            bad.mean(0), benign.mean(0), dim=0))
+    if bad.shape[0]:
+        direction = torch.nn.functional.normalize(bad.mean(0), dim=0)
+        n = everyone.shape[0]
+        out["push sum"] = float(everyone.sum(0) @ direction)
+        out["push malicious only"] = float(bad.sum(0) @ direction)
+        out["push median"] = float(n * coordinate_median(everyone.unsqueeze(0))[0] @ direction)
+        out["push trimmed mean"] = float(n * trimmed(everyone, 0.1) @ direction)
+    for q in QUANTILES:
+        out[f"benign row norm q{q}"] = float(norms[~malicious_row].quantile(q))
+        if bool(malicious_row.any()):
+            out[f"malicious row norm q{q}"] = float(norms[malicious_row].quantile(q))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--row", default="robustness/a_hum", help="a conf/row/robustness/ option with an attack")
+    parser.add_argument("--rounds", type=int, default=48)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", default="outputs/target-row")
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: at least 1")
+    built = build_run(compose(["+experiment=robustness/matrix", f"row={args.row}", "defense=sum",
+                               f"sim.seed={args.seed}", "track=none", "sim.progress=false", *args.overrides]))
+    rounds = built.trainer
+    if not rounds.attack.active:
+        parser.error(f"--row {args.row}: no attack in that row")
+    target = int(rounds.attack.targets[0])
+    aggregate, records = rounds.defense.aggregate, []
+
+    def recording(uploads: Uploads, ctx: RoundContext | None = None):
+        records.append(record(uploads, ctx, target))
+        return aggregate(uploads, ctx)
+
+    rounds.defense.aggregate = recording
+    for round_index in range(args.rounds):
+        rounds.train_round(round_index)
+    keys = list(dict.fromkeys(k for r in records for k in r))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    name = args.row.split("/")[-1]
+    lines = [",".join(keys)] + [",".join(f"{r.get(k, float('nan')):.6g}" for k in keys) for r in records]
+    (out / f"target-row-{name}.csv").write_text("\n".join(lines) + "\n")
+    summary = []
+    for key in keys[1:]:  # after "round"
+        values = torch.tensor([r.get(key, float("nan")) for r in records], dtype=torch.float64)
+        seen = values[~values.isnan()]
+        summary.append([key, *(f"{v:.4g}" for v in (seen.median(), seen.min(), seen.max()))] if seen.numel()
+                       else [key, "–", "–", "–"])
+    caption = (f"{args.row} on the robustness matrix's setting (seed {args.seed}, the server's sum), target item "
+               f"{target}: what reaches the defense in rounds 0–{args.rounds - 1} (median over rounds, min, max)")
+    text = f"{caption}\n\n{markdown(['quantity', 'median', 'min', 'max'], summary)}\n"
+    (out / f"target-row-{name}.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
