@@ -324,3 +324,27 @@ def test_psmu_uploads_equal_a_per_client_reference_loop():
             torch.testing.assert_close(uploads.dense[k][c], dense[k], rtol=1e-4, atol=1e-7)
     assert not torch.equal(attack.users, users0)  # the fitted users are kept for the next round
     assert not set(attack.profile.reshape(-1).tolist()) & {3, 7}  # profiles never hold a target
+
+
+def test_target_row_record_counts_uploaders_and_each_rules_push():
+    """scripts/target_row_uploads.py: 3 benign clients push the target row down a little, 2 malicious ones
+    push it up; the median over the 5 is benign, the sum is the attack's."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from target_row_uploads import record
+
+    from fedrun.types import Uploads
+
+    small = 1e-3
+    deltas = torch.tensor([[-small, 0.0]] * 3 + [[1.0, 0.0], [1.0, 0.0]] + [[0.0, 5.0]])
+    uploads = Uploads(5, torch.tensor([0, 1, 2, 3, 4, 0]), torch.tensor([7, 7, 7, 7, 7, 2]), deltas)
+    got = record(uploads, RoundContext(3, 0, 3), target=7)
+    assert (got["benign uploaders"], got["malicious uploaders"]) == (3, 2)
+    assert got["malicious cosine"] == pytest.approx(1.0)
+    assert got["cos(malicious mean, benign mean)"] == pytest.approx(-1)
+    assert got["push sum"] == pytest.approx(2 - 3 * small)
+    assert got["push median"] == pytest.approx(-5 * small)  # median of (-s, -s, -s, 1, 1) times 5 uploaders
+    assert got["push trimmed mean"] == pytest.approx(2 - 3 * small)  # beta .1 of 5 trims nothing
+    assert got["benign row norm q0.5"] == pytest.approx(small)  # the benign rows: three of norm s, one of norm 5
