@@ -198,3 +198,6 @@ def test_a_state_that_could_not_be_read_back_is_refused_when_saved(tmp_path):
     with pytest.raises(TypeError, match=r"checkpoint\.method\.clusters\.centers is a numpy\.ndarray"):
         checkpoint.save(tmp_path / "checkpoint.pt", state, checkpoint.RunnerState(), "", None)
     assert not list(tmp_path.iterdir())  # nothing written
+    numpy_float = checkpoint.RunnerState(valid={"ndcg": __import__("numpy").float64(1)})  # a float, yet not loadable
+    with pytest.raises(TypeError, match=r"checkpoint\.runner\.valid\.ndcg is a numpy\.float64"):
+        checkpoint.save(tmp_path / "checkpoint.pt", {}, numpy_float, "", None)

@@ -77,7 +77,7 @@ def save(path: Path, method_state: dict[str, Any], runner: RunnerState, config_y
                               f"is unchanged.") from None
 
 
-LOADABLE = (torch.Tensor, int, float, str, bool, type(None))  # what torch.load(weights_only=True) reads back
+PLAIN = (int, float, str, bool, type(None))  # exactly these: a numpy float is a float, but not loadable
 
 
 def _check_loadable(state: Any, where: str) -> None:
@@ -89,7 +89,7 @@ def _check_loadable(state: Any, where: str) -> None:
     elif isinstance(state, (list, tuple)):
         for index, value in enumerate(state):
             _check_loadable(value, f"{where}[{index}]")
-    elif not isinstance(state, LOADABLE):
+    elif not isinstance(state, torch.Tensor) and type(state) not in PLAIN:
         raise TypeError(f"{where} is a {type(state).__module__}.{type(state).__qualname__}; a checkpoint holds "
                         f"tensors and plain values only (its state_dict must convert it), or it cannot be resumed")
 
