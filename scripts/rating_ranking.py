@@ -18,6 +18,7 @@ Writes ``rating-ranking.md`` / ``.csv``. Needs no MLflow (``track=none``).
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
 from pathlib import Path
 
@@ -103,7 +104,8 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     text = f"{caption}\n\n{markdown(header, rows)}\n"
     (out / "rating-ranking.md").write_text(text)
-    (out / "rating-ranking.csv").write_text("\n".join(",".join(r) for r in [header, *rows]) + "\n")
+    with (out / "rating-ranking.csv").open("w", newline="") as handle:
+        csv.writer(handle).writerows([header, *rows])
     print(text)
     return 0
 

@@ -10,7 +10,7 @@ from fedrun.data.client_store import ClientStore
 from fedrun.errors import ConfigError
 from fedrun.sim.ego import EgoGraphs, NeighborDirectory
 from fedrun.types import EmbeddingUploads, ItemIdUploads
-from tests.conftest import CPU_ORACLE, make_method, needs_data, round_of
+from tests.conftest import CPU_ORACLE, make_method, round_of
 from tests.oracle.ego_loop import ego_fedavg_round
 
 
@@ -513,9 +513,8 @@ def test_curve_script_counts_each_round_in_its_epoch_and_finds_the_best_one():
     assert best.loc["a", "best_valid_ndcg_at_20"] == .3
 
 
-@needs_data
 def test_anchor_script_reads_the_test_metrics_every_few_epochs(tmp_path):
-    """scripts/lightgcn_anchor.py on ml-100k (the anchor itself is gowalla on a GPU): a reading every
+    """scripts/lightgcn_anchor.py on synthetic data (the anchor itself is gowalla on a GPU): a reading every
     --eval-every epochs and at the last, flushed to anchor.csv, and a caption with the published anchor."""
     import subprocess
     import sys
@@ -523,7 +522,9 @@ def test_anchor_script_reads_the_test_metrics_every_few_epochs(tmp_path):
 
     script = Path(__file__).resolve().parents[1] / "scripts" / "lightgcn_anchor.py"
     result = subprocess.run([sys.executable, str(script), "--device", "cpu", "--epochs", "3", "--eval-every", "2",
-                             "--out", str(tmp_path), "dataset=ml-100k", "backbone.layers=1"],
+                             "--out", str(tmp_path), "dataset=synthetic", "dataset.n_users=60",
+                             "dataset.n_items=80", "dataset.mean_length=8", "sim.clients_per_round=all",
+                             "backbone.layers=1"],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = (tmp_path / "anchor.csv").read_text().splitlines()
