@@ -211,7 +211,7 @@ def main() -> int:
                f"{args.data} data, same seeds; states must agree to {args.rtol:g} (relative), metrics to "
                f"{args.metrics_atol:g}")
     table = markdown(header, rows)
-    why = [f"- {known[row[0]].name}: {known[row[0]].why}" for row in rows if known[row[0]].why]
+    why = [f"- {row[0]}: {known[row[0]].why}" for row in rows if known[row[0]].why]
     if why:
         table += "\n\nWhere only the metrics must agree, the Adam step that moves the state apart:\n" + "\n".join(why)
     out = Path(args.out)

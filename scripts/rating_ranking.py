@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 from fedrun.cli import compose  # noqa: E402
 from fedrun.experiment import build_run  # noqa: E402
 from fedrun.report.table import markdown  # noqa: E402
+from fedrun.simulator.loop import total_rounds  # noqa: E402
 
 
 class WithoutRareItems:
@@ -48,8 +49,7 @@ class WithoutRareItems:
 
 
 def train(built) -> None:
-    rounds = built.plan.sim.epochs * built.trainer.rounds_per_epoch()
-    for round_index in range(rounds):
+    for round_index in range(total_rounds(built.trainer, built.plan.sim)):
         built.trainer.train_round(round_index)
 
 

@@ -31,11 +31,13 @@ sys.path.insert(0, str(ROOT))
 
 from fedrun.cli import compose  # noqa: E402
 from fedrun.defense.median import coordinate_median  # noqa: E402
+from fedrun.defense.trimmed_mean import TrimmedMean, TrimmedMeanConfig  # noqa: E402
 from fedrun.experiment import build_run  # noqa: E402
 from fedrun.report.table import markdown  # noqa: E402
 from fedrun.types import RoundContext, Uploads  # noqa: E402
 
 QUANTILES = (0.5, 0.9, 0.99)
+TRIMMED = TrimmedMean(TrimmedMeanConfig(beta=0.1))  # the matrix's trimmed mean (its reduce: one row group)
 
 
 def mean_pairwise_cosine(rows: torch.Tensor) -> float:
@@ -46,13 +48,6 @@ def mean_pairwise_cosine(rows: torch.Tensor) -> float:
     gram = unit @ unit.T
     n = rows.shape[0]
     return float((gram.sum() - gram.diagonal().sum()) / (n * (n - 1)))
-
-
-def trimmed(rows: torch.Tensor, beta: float) -> torch.Tensor:
-    """The per-coordinate β-trimmed mean of rows [n, d] (as defense=trimmed_mean: ⌊β·n⌋ cut each side)."""
-    cut = int(beta * rows.shape[0])
-    ordered = rows.sort(dim=0).values
-    return ordered[cut:rows.shape[0] - cut].mean(0)
 
 
 def record(uploads: Uploads, ctx: RoundContext, target: int) -> dict[str, float]:
@@ -74,7 +69,7 @@ def record(uploads: Uploads, ctx: RoundContext, target: int) -> dict[str, float]
         out["push sum"] = float(everyone.sum(0) @ direction)
         out["push malicious only"] = float(bad.sum(0) @ direction)
         out["push median"] = float(n * coordinate_median(everyone.unsqueeze(0))[0] @ direction)
-        out["push trimmed mean"] = float(n * trimmed(everyone, 0.1) @ direction)
+        out["push trimmed mean"] = float(n * TRIMMED.reduce(everyone.unsqueeze(0))[0] @ direction)
     for q in QUANTILES:
         out[f"benign row norm q{q}"] = float(norms[~malicious_row].quantile(q))
         if bool(malicious_row.any()):

@@ -327,8 +327,9 @@ def test_psmu_uploads_equal_a_per_client_reference_loop():
 
 
 def test_target_row_record_counts_uploaders_and_each_rules_push():
-    """scripts/target_row_uploads.py: 3 benign clients push the target row down a little, 2 malicious ones
-    push it up; the median over the 5 is benign, the sum is the attack's."""
+    """scripts/target_row_uploads.py: 8 benign clients push the target row down a little, 2 malicious ones
+    push it up; the median over the 10 is benign, the sum is the attack's, the trimmed mean (β .1: one value
+    cut per side) keeps one of the two."""
     import sys
     from pathlib import Path
 
@@ -338,13 +339,13 @@ def test_target_row_record_counts_uploaders_and_each_rules_push():
     from fedrun.types import Uploads
 
     small = 1e-3
-    deltas = torch.tensor([[-small, 0.0]] * 3 + [[1.0, 0.0], [1.0, 0.0]] + [[0.0, 5.0]])
-    uploads = Uploads(5, torch.tensor([0, 1, 2, 3, 4, 0]), torch.tensor([7, 7, 7, 7, 7, 2]), deltas)
-    got = record(uploads, RoundContext(3, 0, 3), target=7)
-    assert (got["benign uploaders"], got["malicious uploaders"]) == (3, 2)
+    deltas = torch.tensor([[-small, 0.0]] * 8 + [[1.0, 0.0], [1.0, 0.0]] + [[0.0, 5.0]])
+    uploads = Uploads(10, torch.tensor([*range(10), 0]), torch.tensor([7] * 10 + [2]), deltas)
+    got = record(uploads, RoundContext(3, 0, 8), target=7)
+    assert (got["benign uploaders"], got["malicious uploaders"]) == (8, 2)
     assert got["malicious cosine"] == pytest.approx(1.0)
     assert got["cos(malicious mean, benign mean)"] == pytest.approx(-1)
-    assert got["push sum"] == pytest.approx(2 - 3 * small)
-    assert got["push median"] == pytest.approx(-5 * small)  # median of (-s, -s, -s, 1, 1) times 5 uploaders
-    assert got["push trimmed mean"] == pytest.approx(2 - 3 * small)  # beta .1 of 5 trims nothing
+    assert got["push sum"] == pytest.approx(2 - 8 * small)
+    assert got["push median"] == pytest.approx(-10 * small)  # the median of eight -s and two 1s, times 10 uploaders
+    assert got["push trimmed mean"] == pytest.approx(10 * (1 - 7 * small) / 8)  # one -s and one 1 cut
     assert got["benign row norm q0.5"] == pytest.approx(small)  # the benign rows: three of norm s, one of norm 5
