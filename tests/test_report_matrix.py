@@ -23,7 +23,8 @@ def runs() -> pd.DataFrame:
              "metric:test_recall_at_20": 0.022 + 0.002 * seed},
             {"param:choices.row": "robustness/a_hum", "param:choices.defense": "sum", "param:sim.seed": seed,
              "metric:test_recall_at_20": recall, "metric:test_er_at_5": er},
-            {"param:choices.row": "robustness/a_hum", "param:choices.defense": "hics", "param:sim.seed": seed,
+            {"param:choices.row": "robustness/a_hum", "param:choices.defense": "robustness/hics_q99",
+             "param:sim.seed": seed,
              "metric:test_recall_at_20": 0.024, "metric:test_er_at_5": 0.0},
         ]
     return pd.DataFrame(rows)
@@ -37,7 +38,7 @@ def test_the_matrix_averages_seeds_and_measures_the_drop_against_no_attack(tmp_p
     assert table.loc[("a_hum", "sum"), "test_er_at_5"] == pytest.approx(0.8)
     baseline = np.mean([0.024, 0.026])  # no attack under the server's sum
     assert table.loc[("a_hum", "sum"), "utility_drop_pct"] == pytest.approx(100 * (1 - 0.019 / baseline))
-    assert table.loc[("a_hum", "hics"), "utility_drop_pct"] == pytest.approx(100 * (1 - 0.024 / baseline))
+    assert table.loc[("a_hum", "hics_q99"), "utility_drop_pct"] == pytest.approx(100 * (1 - 0.024 / baseline))
     assert table.loc[("eb", "krum"), "refused"] == "attack='eb' refused" and table.loc[("eb", "krum"), "runs"] == 0
     assert "0.800 ± 0.141 (2)" in text and "n/a" in text
     assert "eb × krum: attack='eb' refused" in text
@@ -46,5 +47,5 @@ def test_the_matrix_averages_seeds_and_measures_the_drop_against_no_attack(tmp_p
 def test_every_cell_of_the_shipped_matrix_is_accepted_before_any_data_is_read(tmp_path, monkeypatch):
     monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "no-data-here"))
     axes = matrix.Axes.of(PRESET, Path(config_dir()))
-    assert len(axes.rows) == 7 and axes.columns[0] == "sum" and "hics" in axes.columns
+    assert len(axes.rows) == 7 and axes.columns[0] == "sum" and "robustness/hics_q99" in axes.columns
     assert matrix.refusals(PRESET, axes) == {}
