@@ -27,8 +27,8 @@ Paths of a training workload:
              checked to compute the same update as the general path before it is timed
   - central: one centralized epoch over the same interactions, same backbone, batch 1,024
 
-Each workload runs in its own process so that its peak RSS is its own. Writes Markdown +
-CSV (and W5 PNGs) to ``--out`` and prints the tables.
+Each workload runs in its own process so that its peak RSS is its own (``--tiny``, a smoke test: all in one
+process). Writes Markdown + CSV (and W5 PNGs) to ``--out`` and prints the tables.
 
     python scripts/bench.py [--workloads w0,w1,w2,w3,w4,w5] [--rounds 20] [--loop-rounds 3] [--tiny]
                             [--device cpu|cuda]
@@ -442,6 +442,8 @@ def bench_w5(args, out: Path) -> str:
 def point(args, overrides: list[str], value: int) -> tuple[int, float, float, int]:
     """(value, s / round, peak GB, clients per round) in a fresh process (own peak RSS; on a GPU,
     the peak GPU memory allocated)."""
+    if args.tiny:  # a smoke test: in this process (its peak RSS is not the point's own)
+        return value, *measure_point(overrides, args.rounds)
     code = ("import sys, json; sys.argv = ['bench']; import scripts.bench as b; "
             f"print(json.dumps(b.measure_point({overrides!r}, {args.rounds})))")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
@@ -594,24 +596,34 @@ W10_CASES = [("no attack", []), ("A-hum 0.1%", ["attack=a_hum", "attack.fraction
              ("FedRecAttack 5%", ["attack=fedrecattack", "attack.participation=every_round"])]
 
 
+def w10_case(args, case: int) -> tuple[float, float, int]:
+    """(s / round, peak GB, malicious clients) of one W10 case."""
+    from fedrun.experiment import build_run
+
+    data = TINY_DATA if args.tiny else ML1M_8020
+    clients = 64 if args.tiny else 256
+    overrides = data + COMMON + MF + [f"sim.clients_per_round={clients}", "sim.fast_path=off",
+                                      f"sim.device={args.device}", *W10_CASES[case][1]]
+    built = build_run(compose_cfg(overrides))
+    reset_peak_rss()
+    seconds = time_rounds(built.trainer, args.rounds)
+    gpu = peak_gpu_gb(built.env.device)
+    return seconds, peak_rss_gb() if gpu is None else gpu, getattr(built.plan.attack, "n_clients", 0)
+
+
 def bench_w10(args, out: Path) -> str:
     """W0's round on the general path (an attack turns the FedSGD shortcut off) without and with A-hum
     clients (10 synthetic users each, 30 mining steps), each in its own process for its peak RSS."""
     if args.case is not None:
-        from fedrun.experiment import build_run
-
-        data = TINY_DATA if args.tiny else ML1M_8020
-        clients = 64 if args.tiny else 256
-        overrides = data + COMMON + MF + [f"sim.clients_per_round={clients}", "sim.fast_path=off",
-                                          f"sim.device={args.device}", *W10_CASES[args.case][1]]
-        built = build_run(compose_cfg(overrides))
-        reset_peak_rss()
-        seconds = time_rounds(built.trainer, args.rounds)
-        gpu = peak_gpu_gb(built.env.device)
-        print(json.dumps([seconds, peak_rss_gb() if gpu is None else gpu, getattr(built.plan.attack, "n_clients", 0)]))
+        print(json.dumps(w10_case(args, args.case)))
         return ""
     rows, base = [], None
     for case, (name, _) in enumerate(W10_CASES):
+        if args.tiny:  # a smoke test: in this process (its peak RSS is not the case's own)
+            seconds, rss, malicious = w10_case(args, case)
+            rows.append([name, str(malicious), f"{seconds:.4f}", f"{seconds / (base := base or seconds):.2f}×",
+                         f"{rss:.2f}"])
+            continue
         command = [sys.executable, __file__, *without_workloads(sys.argv[1:]), "--workloads", "w10",
                    "--case", str(case)]
         result = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -649,15 +661,14 @@ def main() -> int:
     unknown = sorted(set(workloads) - {*TRAIN, *others})
     if unknown:
         parser.error(f"--workloads: unknown {', '.join(unknown)}; allowed: {', '.join([*TRAIN, *others])}")
-    if len(workloads) > 1:  # one process per workload: each peak RSS is its own
+    if len(workloads) > 1 and not args.tiny:  # one process per workload: each peak RSS is its own
         for name in workloads:
             command = [sys.executable, __file__, *without_workloads(sys.argv[1:]), "--workloads", name]
             if subprocess.run(command, check=False).returncode != 0:
                 return 1
         return 0
-    name = workloads[0]
-    text = bench_train(TRAIN[name], args, out) if name in TRAIN else others[name](args, out)
-    print(text)
+    for name in workloads:  # --tiny (a smoke test): every workload in this process, peak RSS not its own
+        print(bench_train(TRAIN[name], args, out) if name in TRAIN else others[name](args, out))
     return 0
 
 
