@@ -31,11 +31,15 @@ browser:
 	    || echo "chromium could not be installed: the browser test will skip"; \
 	else echo "no Chromium: the browser test will skip (sudo apt-get install chromium, or install Google Chrome)"; fi
 
+# The suite runs on one worker per core, four at most (pytest-xdist; each worker's torch then uses its share of
+# the cores: tests/conftest.py). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
+
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not integration"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not integration"
 
 bench: install
 	$(BIN)/python scripts/bench.py

@@ -17,6 +17,11 @@ from fedrun.simulator.trainer import trainer_for
 
 _ROUNDS: WeakKeyDictionary = WeakKeyDictionary()
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs one worker per core: each takes its share of them
+    import torch
+
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+
 DATA_DIR = Path(os.environ.get("FEDRUN_DATA_DIR", Path(__file__).resolve().parents[1].parent / "shared" / "datasets"))
 needs_data = pytest.mark.skipif(not (DATA_DIR / "MANIFEST.md").exists(), reason="real datasets not available")
 
