@@ -312,11 +312,16 @@ def resume_state(b: Built, cfg: DictConfig) -> tuple[RunnerState, str | None, bo
     payload = checkpoint.load(path)
     saved = flatten(OmegaConf.to_container(OmegaConf.create(payload["config"]), resolve=True))
     current = flatten(OmegaConf.to_container(cfg, resolve=True))
+    # settings fedrun gained after the checkpoint was written: the checkpoint's run had none of them
+    added = sorted(k for k in set(current) - set(saved) if not k.startswith(RESUME_MAY_CHANGE))
     changed = sorted(k for k in set(saved) | set(current)
-                     if not k.startswith(RESUME_MAY_CHANGE) and saved.get(k) != current.get(k))
+                     if not k.startswith(RESUME_MAY_CHANGE) and k not in added and saved.get(k) != current.get(k))
     if changed:
         diffs = ", ".join(f"{k} ({saved.get(k)!r} → {current.get(k)!r})" for k in changed[:6])
         raise ConfigError("sim.resume", target, f"the config the checkpoint was made with; these differ: {diffs}")
+    if added:
+        log.warning("the checkpoint predates %s: the run resumes with %s", ", ".join(added),
+                    ", ".join(f"{k}={current[k]!r}" for k in added))
     b.method.load_state_dict(payload["method"])
     same_params = all(saved.get(k) == current.get(k) for k in RESUME_CHANGES_RESULT)
     return payload["runner"], payload["run_id"], same_params

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
 
 from fedrun import experiment
 from fedrun.errors import ConfigError, DataError
@@ -86,6 +89,22 @@ def test_resume_refuses_a_different_config(tmp_path):
     run(["sim.max_rounds=2", "sim.checkpoint_every=2", f"sim.checkpoint_dir={tmp_path}"])
     with pytest.raises(ConfigError, match=r"sim.resume=.*these differ: method.optimizer.lr \(0.3 → 0.5\)"):
         run(["method.optimizer.lr=0.5", f"sim.resume={tmp_path / 'checkpoint.pt'}"])
+
+
+def test_a_checkpoint_older_than_a_setting_resumes_with_that_setting_named(tmp_path, caplog):
+    """A key fedrun gained after the checkpoint was written (eval.watch, session 30) is no difference to refuse
+    on; the resume names it and the value it runs with. A key the checkpoint has with another value still is."""
+    run(["sim.max_rounds=2", "sim.checkpoint_every=2", f"sim.checkpoint_dir={tmp_path}"])
+    path = tmp_path / "checkpoint.pt"
+    saved = checkpoint.load(path)
+    older = OmegaConf.create(saved["config"])
+    del older.eval["watch"]
+    checkpoint.save(path, saved["method"], saved["runner"], OmegaConf.to_yaml(older), saved["run_id"])
+    with caplog.at_level(logging.WARNING, logger="fedrun"):
+        result = run([f"sim.resume={path}"])
+    assert result.test and "the checkpoint predates eval.watch: the run resumes with eval.watch='attack'" in caplog.text
+    with pytest.raises(ConfigError, match=r"these differ: method.optimizer.lr \(0.3 → 0.5\)"):
+        run(["method.optimizer.lr=0.5", f"sim.resume={path}"])
 
 
 def test_corrupt_or_missing_checkpoint_is_a_clean_error(tmp_path):
