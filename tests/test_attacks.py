@@ -14,6 +14,8 @@ from fedrun.attack._targets import choose_targets
 from fedrun.attack.a_hum import AHum, AHumConfig
 from fedrun.attack.a_ra import ARA, ARAConfig
 from fedrun.attack.base import AttackConfig, AttackSetup
+from fedrun.backbone.base import Backbone
+from fedrun.backbone.mf import MF
 from fedrun.backbone.ncf import NCF
 from fedrun.build import parse_config
 from fedrun.data.interactions import Interactions
@@ -91,6 +93,45 @@ def test_mining_makes_the_synthetic_users_dislike_the_target():
     before = attack.target_scores(users, rows, public.net)
     after = attack.target_scores(attack.synthetic(public, clients).reshape(-1, width), rows, public.net)
     assert float(after.mean()) < float(before.mean())
+
+
+def linear_in_user_backbones() -> list[type]:
+    import importlib
+    import pkgutil
+
+    import fedrun.backbone
+
+    for module in pkgutil.iter_modules(fedrun.backbone.__path__):  # every backbone class defined
+        importlib.import_module(f"fedrun.backbone.{module.name}")
+    found, todo = [], [Backbone]
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        found += [cls] if cls.linear_in_user else []
+    return sorted(set(found), key=lambda c: c.__name__)
+
+
+@pytest.mark.parametrize("cls", linear_in_user_backbones(), ids=lambda c: c.__name__)
+def test_a_closed_form_user_gradient_equals_autograd(cls):
+    """Every backbone that declares its score linear in the user row gives Σ_l w_l ∂score_l/∂u exactly."""
+    torch.manual_seed(0)
+    assert cls.score is MF.score  # the closed form is MF's; a subclass with its own score must declare anew
+    user, item, weight = torch.randn(5, 8), torch.randn(5, 3, 8), torch.rand(5, 3)
+    graph_user = user.clone().requires_grad_(True)
+    (expected,) = torch.autograd.grad((weight * MF.score(None, graph_user, item, {})).sum(), graph_user)
+    torch.testing.assert_close(cls.user_score_grad(None, user, item, {}, weight), expected)
+
+
+def test_a_hums_mining_in_closed_form_equals_the_autograd_steps():
+    backbone = MF(parse_config(MF.Config, {"dim": 8}, "backbone"))
+    _, public = backbone.init_params(30, 20, torch.Generator().manual_seed(0))
+    public.item.mul_(10)
+    attack = attack_on(AHum, AHumConfig(fraction=0.01, mining_steps=30), backbone)
+    clients = torch.arange(attack.n_clients)
+    closed = attack.synthetic(public, clients)
+    backbone.linear_in_user = False  # this instance differentiates its score instead
+    torch.testing.assert_close(closed, attack.synthetic(public, clients), rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(closed, attack.users[clients])
 
 
 def test_sampled_participation_draws_from_the_attack_seed():

@@ -6,7 +6,9 @@ mines its s synthetic users into "hard" users who dislike the targets: ``mining_
 gradient steps at ``mining_lr`` (0.001, the code's model lr; null: the upload's lr) on BCE(score(u, t), 0)
 = softplus(score) w.r.t. the user embeddings only, with the downloaded item rows and shared weights
 frozen. Open point: mining starts every round from the fixed synthetic users (the code keeps no
-mined state between rounds). Vectorized over every malicious client's users at once.
+mined state between rounds). Vectorized over every malicious client's users at once. A backbone whose
+score is linear in the user row (MF) gives the step's gradient in closed form, Σ_t σ(score_t)·∂score_t/∂u
+(``Backbone.user_score_grad``); the others go through autograd, one small graph per step.
 """
 
 from __future__ import annotations
@@ -42,10 +44,17 @@ class AHum(ARA):
         rows = view.item[self.targets].detach().unsqueeze(0).expand(M * s, -1, -1)  # [M's, T, di] frozen
         net = {k: v.detach() for k, v in view.net.items()}
         flat = users.reshape(M * s, du).detach()
-        with torch.enable_grad():
-            for _ in range(self.config.mining_steps):
-                flat = flat.requires_grad_(True)
-                loss = F.softplus(self.target_scores(flat, rows, net)).sum()  # BCE(t, 0), each user its own
-                (gradient,) = torch.autograd.grad(loss, flat)
-                flat = (flat - step * gradient).detach()
+        for _ in range(self.config.mining_steps):
+            flat = flat - step * self.mining_gradient(flat, rows, net)
         return flat.view(M, s, du)
+
+    def mining_gradient(self, flat: torch.Tensor, rows: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor:
+        """∂/∂u of Σ_t BCE(score(u, t), 0) = Σ_t softplus(score_t), each synthetic user its own [M's, du]."""
+        if self.backbone.linear_in_user:  # closed form: softplus' = σ
+            with torch.no_grad():
+                weight = torch.sigmoid(self.target_scores(flat, rows, net))  # [M's, T]
+                return self.backbone.user_score_grad(flat, rows, net, weight)
+        with torch.enable_grad():
+            flat = flat.detach().requires_grad_(True)
+            (gradient,) = torch.autograd.grad(F.softplus(self.target_scores(flat, rows, net)).sum(), flat)
+        return gradient.detach()

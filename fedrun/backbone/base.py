@@ -56,6 +56,7 @@ class Backbone:
     Config: ClassVar[type] = BackboneConfig
     losses: ClassVar[tuple[str, ...]] = ("bpr", "bce")
     sequential: ClassVar[bool] = False  # users inferred from their histories (GRU4Rec, BERT4Rec), no private rows
+    linear_in_user: ClassVar[bool] = False  # score linear in the user row: ``user_score_grad`` in closed form
 
     @property
     def user_context(self) -> str:
@@ -97,6 +98,12 @@ class Backbone:
     def score_full(self, user: torch.Tensor, item: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor:
         """user [U, du], the whole item table [I, di], shared net → scores [U, I]."""
         return self.score(user, item.unsqueeze(0).expand(user.shape[0], -1, -1), net)
+
+    def user_score_grad(self, user: torch.Tensor, item: torch.Tensor, net: dict[str, torch.Tensor],
+                        weight: torch.Tensor) -> torch.Tensor:
+        """Σ_l weight[b, l] · ∂score(u_b, i_bl)/∂u_b [B, du] in closed form (user [B, du], item [B, L, di],
+        weight [B, L]); backbones that declare ``linear_in_user`` implement it."""
+        raise NotImplementedError(f"{type(self).__name__} has no closed-form user gradient")
 
     def query_vectors(self, user: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor | None:
         """user [U, du] → [U, di] vectors q with score(u, i) = ⟨q, v_i⟩ + a per-user constant, when the

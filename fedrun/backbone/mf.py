@@ -13,12 +13,17 @@ from fedrun.backbone.base import Backbone
 
 class MF(Backbone):
     losses = ("bpr", "bce")
+    linear_in_user = True
 
     def score(self, user: torch.Tensor, item: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor:
         return torch.einsum("bd,bld->bl", user, item)  # [B, L]
 
     def score_full(self, user: torch.Tensor, item: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor:
         return user @ item.T  # [U, I]
+
+    def user_score_grad(self, user: torch.Tensor, item: torch.Tensor, net: dict[str, torch.Tensor],
+                        weight: torch.Tensor) -> torch.Tensor:
+        return torch.einsum("bl,bld->bd", weight, item)  # ∂⟨p, q_l⟩/∂p = q_l  [B, du]
 
     def query_vectors(self, user: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor:
         return user
