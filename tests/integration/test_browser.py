@@ -84,11 +84,17 @@ def chromium(profile: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, timeout=180)
 
 
-def page_text(profile: Path, url: str) -> str:
-    """The visible text of the page at ``url`` once its scripts have rendered it, whitespace collapsed."""
-    dom = chromium(profile, "--dump-dom", url).stdout
-    text = re.sub(r"<script.*?</script>|<style.*?</style>", " ", dom, flags=re.S)
-    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", text)))
+def page_text(profile: Path, url: str, until: tuple[str, ...] = ()) -> str:
+    """The visible text of the page at ``url`` once its scripts have rendered it, whitespace collapsed. The page
+    is read again (up to three times) while a text of ``until`` is missing: the virtual-time budget runs ahead
+    of a server slowed by other work (the suite's other worker), and a chart's data can arrive after it."""
+    for _ in range(3):
+        dom = chromium(profile, "--dump-dom", url).stdout
+        text = re.sub(r"<script.*?</script>|<style.*?</style>", " ", dom, flags=re.S)
+        text = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", text)))
+        if all(part in text for part in until):
+            break
+    return text
 
 
 def screenshot(profile: Path, url: str, path: Path) -> None:
@@ -112,26 +118,26 @@ def test_a_finished_sweep_renders_in_a_real_browser(tmp_path, server):
     base = f"{server}/#/experiments/{experiment}/runs"
     profile = tmp_path / "chromium-profile"
 
-    table = page_text(profile, base)
+    table = page_text(profile, base, until=("3 matching runs",))
     assert parent.info.run_name in table and "3 matching runs" in table, table[:3000]
     dataset = child.data.tags["fedrun.dataset"]
     assert f"{parent.info.run_name} " in table and f" {dataset} " in table, table[:3000]  # the sweep's dataset
     screenshot(profile, base, tmp_path / "runs-table.png")
 
     run_page = f"{base}/{child.info.run_id}"
-    overview = page_text(profile, run_page)
+    overview = page_text(profile, run_page, until=("test_hr_at_10", "Parent run"))
     assert child.info.run_name in overview and "test_hr_at_10" in overview, overview[:3000]
     assert f"Datasets {dataset} (" in overview, overview[:3000]  # the dataset input, with its digest
     assert f"Parent run {parent.info.run_name}" in overview, overview[:3000]
     screenshot(profile, run_page, tmp_path / "run.png")
 
-    charts = page_text(profile, f"{run_page}/model-metrics")
+    charts = page_text(profile, f"{run_page}/model-metrics", until=("Step", f"{child.info.run_name} ("))
     assert "Step" in charts and f"{child.info.run_name} (" in charts, charts[:3000]  # an axis and a legend
 
-    results = page_text(profile, f"{run_page}/artifacts/results.json")
+    results = page_text(profile, f"{run_page}/artifacts/results.json", until=("View as table",))
     assert "View as table" in results and "metric test valid floor" in results, results[:3000]
 
     report_page = f"{base}/{parent.info.run_id}/artifacts/report/report.md"
-    report = page_text(profile, report_page)
+    report = page_text(profile, report_page, until=(" fedavg ",))
     assert "report/report.md" in report and " fedavg " in report and " pop " in report, report[:3000]
     screenshot(profile, report_page, tmp_path / "sweep-parent.png")
