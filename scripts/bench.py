@@ -621,15 +621,13 @@ def bench_w10(args, out: Path) -> str:
     for case, (name, _) in enumerate(W10_CASES):
         if args.tiny:  # a smoke test: in this process (its peak RSS is not the case's own)
             seconds, rss, malicious = w10_case(args, case)
-            rows.append([name, str(malicious), f"{seconds:.4f}", f"{seconds / (base := base or seconds):.2f}×",
-                         f"{rss:.2f}"])
-            continue
-        command = [sys.executable, __file__, *without_workloads(sys.argv[1:]), "--workloads", "w10",
-                   "--case", str(case)]
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            raise SystemExit(f"W10 case {name} failed:\n{result.stderr[-3000:]}")
-        seconds, rss, malicious = json.loads(result.stdout.strip().splitlines()[-1])
+        else:
+            command = [sys.executable, __file__, *without_workloads(sys.argv[1:]), "--workloads", "w10",
+                       "--case", str(case)]
+            result = subprocess.run(command, capture_output=True, text=True, check=False)
+            if result.returncode != 0:
+                raise SystemExit(f"W10 case {name} failed:\n{result.stderr[-3000:]}")
+            seconds, rss, malicious = json.loads(result.stdout.strip().splitlines()[-1])
         base = base or seconds
         rows.append([name, str(malicious), f"{seconds:.4f}", f"{seconds / base:.2f}×", f"{rss:.2f}"])
     caption = (f"W10 W0's round with malicious clients{' [tiny synthetic]' if args.tiny else ''} (general path, "
