@@ -43,7 +43,8 @@ def parse_config(config_cls: type[T], node: DictConfig | dict, group: str) -> T:
     values.pop("_target_", None)
     for key in values:
         if key not in fields:
-            raise ConfigError(f"{group}.{key}", values[key], "one of the fields " + ", ".join(fields))
+            allowed = "one of the fields " + ", ".join(fields) if fields else "nothing: this option takes no fields"
+            raise ConfigError(f"{group}.{key}", values[key], allowed)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(config_cls), values)
         config = OmegaConf.to_object(merged)

@@ -201,6 +201,24 @@ def test_a_presets_rows_win_over_their_methods_paper_setting():
     assert hics.choices.defense == "hics" and hics.defense.reduce == "sum"
 
 
+@pytest.mark.parametrize("row", ["fedmf", "fedgnn", "perfedrec", "perfedrecpp"])
+def test_a_perfedrecpp_row_swaps_its_ldp_whole_from_the_command_line(row):
+    """The rows select the LDP as an option, not as field values, so ε = ∞ is privacy=none (a privacy-utility
+    point) and other budgets are privacy.scale=…"""
+    plain = compose_cfg(["+experiment=perfedrecpp/table4", f"row=perfedrecpp/{row}", "privacy=none"])
+    assert plain.choices.privacy == "none" and set(plain.privacy) == {"_target_"}
+    plan(plain)
+    noisier = compose_cfg(["+experiment=perfedrecpp/table4", f"row=perfedrecpp/{row}", "privacy.scale=0.4"])
+    assert (noisier.privacy.scale, noisier.privacy.clip, noisier.privacy.norm) == (0.4, 0.5, "linf")
+
+
+def test_a_field_given_to_an_option_without_fields_says_it_takes_none():
+    from fedrun.privacy.none import NoPrivacyConfig
+    with pytest.raises(ConfigError, match="this option takes no fields") as info:
+        parse_config(NoPrivacyConfig, {"scale": 0.1}, "privacy")
+    assert info.value.field == "privacy.scale"
+
+
 def flat(node, prefix: str = "") -> dict:
     out = {}
     for key, value in node.items():
