@@ -1,7 +1,7 @@
 """What the server receives for the attacked item's row (issue #31): why do Median and Krum stop A-hum
 and A-ra on the target's own row, and on what scale must a norm bound's τ sit?
 
-Runs the robustness matrix's setting (``+experiment=robustness/matrix``, the server's sum) for
+Runs a robustness matrix's setting (``--preset``: ``robustness/matrix``, the server's sum, by default) for
 ``--rounds`` rounds with one attack row and records, each round, what reaches the defense:
 
   - the target row: how many benign clients upload it (as a positive or a sampled negative) and how
@@ -14,6 +14,7 @@ Runs the robustness matrix's setting (``+experiment=robustness/matrix``, the ser
     the uploads' scale.
 
     python scripts/target_row_uploads.py --row robustness/a_hum --rounds 48 --out docs/reproductions/attacks
+    python scripts/target_row_uploads.py --preset robustness/matrix_mf --row robustness/a_hum defense=mean
 
 Writes ``target-row-<attack>.csv`` (one line per round) and ``target-row-<attack>.md`` (the summary).
 """
@@ -80,6 +81,8 @@ def record(uploads: Uploads, ctx: RoundContext, target: int) -> dict[str, float]
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--row", default="robustness/a_hum", help="a conf/row/robustness/ option with an attack")
+    parser.add_argument("--preset", default="robustness/matrix",
+                        help="the matrix preset whose setting runs (robustness/matrix_mf: FedAvg-MF; add defense=mean)")
     parser.add_argument("--rounds", type=int, default=48)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default="outputs/target-row")
@@ -87,7 +90,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error(f"--rounds {args.rounds}: at least 1")
-    built = build_run(compose(["+experiment=robustness/matrix", f"row={args.row}", "defense=sum",
+    built = build_run(compose([f"+experiment={args.preset}", f"row={args.row}", "defense=sum",
                                f"sim.seed={args.seed}", "track=none", "sim.progress=false", *args.overrides]))
     rounds = built.trainer
     if not rounds.attack.active:
@@ -114,7 +117,8 @@ def main() -> int:
         seen = values[~values.isnan()]
         summary.append([key, *(f"{v:.4g}" for v in (seen.median(), seen.min(), seen.max()))] if seen.numel()
                        else [key, "–", "–", "–"])
-    caption = (f"{args.row} on the robustness matrix's setting (seed {args.seed}, the server's sum), target item "
+    caption = (f"{args.row} on the setting of +experiment={args.preset} (seed {args.seed}, "
+               f"{type(rounds.defense).__name__}), target item "
                f"{target}: what reaches the defense in rounds 0–{args.rounds - 1} (median over rounds, min, max)")
     text = f"{caption}\n\n{markdown(['quantity', 'median', 'min', 'max'], summary)}\n"
     (out / f"target-row-{name}.md").write_text(text)
