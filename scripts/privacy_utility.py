@@ -3,7 +3,13 @@ utility against the LDP budget ε of one upload, one panel per dataset, one line
 mean ± std over seeds; ε = ∞ is the method's run with ``privacy=none``, drawn at the right edge and joined by a
 dotted line → ``<out>/table.md`` and ``<out>/privacy-utility.png`` (docs/results/privacy-utility.md reads them).
 
-Utility is NDCG@10 on ranking data and RMSE on ratings (lower is better), beside the floor of the same split.
+Utility is NDCG@10 on ranking data (Recall@20 where a preset logs @20 only, as PerFedRec++'s) and RMSE on
+ratings (lower is better), beside the floor of the same split. Methods that set the Laplace scale λ directly
+(FedGNN's family: ``privacy.scale``, L∞ clip δ) are placed at their papers' ε = 2δ/λ per coordinate, which the
+panel's axis says; one of their uploaded rows then costs d times that.
+
+    python scripts/privacy_utility.py --experiment privacy-utility-graph \
+        --ledger docs/results/privacy-utility/privacy-utility-runs.csv
 
     python scripts/privacy_utility.py [--ledger docs/results/privacy-utility/privacy-utility-runs.csv]
 """
@@ -22,7 +28,25 @@ import pandas as pd  # noqa: E402
 from fedrun.report.cli import drop_reruns, script_runs  # noqa: E402
 from fedrun.report.table import markdown  # noqa: E402
 
-UTILITY = ["ndcg_at_10", "rmse"]  # the first each run logged
+UTILITY = ["ndcg_at_10", "recall_at_20", "rmse"]  # per dataset, the first its runs logged a floor of
+
+
+def utility_of(runs: pd.DataFrame) -> str:
+    """The utility metric of one dataset's runs: the first of UTILITY with a logged floor."""
+    for metric in UTILITY:
+        if runs.get(f"metric:floor_{metric}", pd.Series(dtype=float)).notna().any():
+            return metric
+    return UTILITY[-1]
+
+
+def epsilon(row: pd.Series) -> tuple[float, str]:
+    """The budget a point is drawn at and its unit: ε of one upload, or 2δ/λ per coordinate where λ is set."""
+    if str(row["param:choices.privacy"]) == "none":
+        return math.inf, ""
+    scale = pd.to_numeric(row.get("param:privacy.scale"), errors="coerce")
+    if pd.notna(scale):
+        return 2 * float(row["param:privacy.clip"]) / float(scale), "per coordinate"
+    return float(row["param:privacy.epsilon"]), "per upload"
 
 
 def points(frame: pd.DataFrame) -> pd.DataFrame:
@@ -30,27 +54,29 @@ def points(frame: pd.DataFrame) -> pd.DataFrame:
     ones, how many failed (a model that diverged under the noise is a point of the curve too), and the floor."""
     done, _ = drop_reruns(frame)
     done = done[done["status"].isin(["FINISHED", "FAILED"])].copy()
-    ranking = done.get("metric:floor_ndcg_at_10", pd.Series(index=done.index)).notna().groupby(
-        done["param:choices.dataset"]).transform("any")
-    done["metric"] = ranking.map({True: UTILITY[0], False: UTILITY[1]})
+    done["metric"] = done["param:choices.dataset"].map(
+        {name: utility_of(runs) for name, runs in done.groupby("param:choices.dataset")})
     done["value"] = [row.get(f"metric:test_{row['metric']}") for _, row in done.iterrows()]
     done["floor"] = [row.get(f"metric:floor_{row['metric']}") for _, row in done.iterrows()]
     done["failed"] = done["status"] == "FAILED"
     private = done["param:choices.privacy"].astype(str) != "none"
-    done["epsilon"] = math.inf
-    done.loc[private, "epsilon"] = done.loc[private, "param:privacy.epsilon"].astype(float)
+    budgets = [epsilon(row) for _, row in done.iterrows()]
+    done["epsilon"] = [value for value, _ in budgets]
+    done["unit"] = [unit for _, unit in budgets]
     targets = done.get("param:privacy.targets", pd.Series("", index=done.index)).astype(str)
     done["protects"] = targets.where(private, "")
     done["curve"] = done["param:choices.method"].astype(str) + " / " + done["param:choices.backbone"].astype(str)
     grouped = done.groupby(["param:choices.dataset", "metric", "curve", "epsilon"], dropna=False)
     out = grouped.agg(mean=("value", "mean"), std=("value", "std"), runs=("value", "count"), failed=("failed", "sum"),
-                      floor=("floor", "mean"), protects=("protects", lambda s: ", ".join(sorted(set(s) - {""}))))
+                      floor=("floor", "mean"), protects=("protects", lambda s: ", ".join(sorted(set(s) - {""}))),
+                      unit=("unit", lambda s: ", ".join(sorted(set(s) - {""}))))
     return out.reset_index().rename(columns={"param:choices.dataset": "dataset"}).fillna({"std": 0.0})
 
 
 def render(table: pd.DataFrame) -> str:
     header = ["dataset", "method / backbone", "protects", "ε", "runs", "failed", "test utility", "floor"]
-    rows = [[r.dataset, r.curve, r.protects or "nothing", "∞" if math.isinf(r.epsilon) else f"{r.epsilon:g}",
+    rows = [[r.dataset, r.curve, r.protects or "nothing",
+             "∞" if math.isinf(r.epsilon) else f"{r.epsilon:g}" + (f" {r.unit}" if r.unit != "per upload" else ""),
              str(r.runs), str(r.failed) if r.failed else "",
              f"{r.metric} {r.mean:.4f} ± {r.std:.4f}" if r.runs else "every run failed (reasons in the ledger)",
              f"{r.floor:.4f}" if pd.notna(r.floor) else ""]
@@ -86,7 +112,8 @@ def plot(table: pd.DataFrame, path: Path) -> None:
         ax.set_xscale("log")
         ticks = sorted(finite.unique())
         ax.set_xticks([*ticks, edge], [*[f"{t:g}" for t in ticks], "∞"])
-        ax.set_xlabel("ε of one upload (LDP)")
+        units = set(part["unit"]) - {""}
+        ax.set_xlabel("ε = 2δ/λ per coordinate (LDP)" if units == {"per coordinate"} else "ε of one upload (LDP)")
         ax.set_ylabel(f"test {part['metric'].iloc[0]}")
         ax.set_title(dataset)
         ax.grid(alpha=.3)

@@ -37,6 +37,22 @@ def test_points_average_seeds_per_epsilon_with_infinity_from_no_privacy():
     assert table.loc[1, "protects"] == "['item_rows']" and table.loc[3, "protects"] == ""
 
 
+def test_a_laplace_scale_set_directly_is_placed_at_its_per_coordinate_epsilon_on_its_datasets_metric():
+    """FedGNN's family sets λ (privacy.scale) and an L∞ clip δ: its point is ε = 2δ/λ per coordinate, and a
+    dataset whose runs log @20 only is measured by Recall@20."""
+    graph = [{**run, "param:choices.dataset": "yelp-perfedrec", "param:privacy.scale": scale,
+              "param:privacy.clip": .5, "param:privacy.epsilon": 4.0, "param:choices.privacy": privacy}
+             for scale, privacy, value in ((.1, "perfedrecpp/ldp", .02), (.05, "perfedrecpp/ldp", .03),
+                                           (None, "none", .04))
+             for run in runs("fedgnn", 1.0, [value], metric="recall_at_20")]
+    table = points(pd.DataFrame(graph + runs("fedavg", 1.0, [.02])))
+    yelp = table[table["dataset"] == "yelp-perfedrec"]
+    assert list(yelp["epsilon"]) == [10.0, 20.0, math.inf] and set(yelp["metric"]) == {"recall_at_20"}
+    assert list(yelp["unit"]) == ["per coordinate", "per coordinate", ""]
+    assert list(yelp["mean"]) == pytest.approx([.02, .03, .04])
+    assert list(table.loc[table["dataset"] == "ml-100k", "metric"]) == ["ndcg_at_10"]
+
+
 def test_main_draws_the_curves_from_a_ledger(tmp_path):
     ledger = tmp_path / "runs.csv"
     pd.DataFrame(runs("fedavg", 1.0, [.02]) + runs("fedavg", None, [.06])).to_csv(ledger, index=False)
