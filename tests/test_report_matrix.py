@@ -44,8 +44,18 @@ def test_the_matrix_averages_seeds_and_measures_the_drop_against_no_attack(tmp_p
     assert "eb × krum: attack='eb' refused" in text
 
 
-def test_every_cell_of_the_shipped_matrix_is_accepted_before_any_data_is_read(tmp_path, monkeypatch):
+@pytest.mark.parametrize("preset,plain", [(PRESET, "sum"), ("robustness/matrix_mf", "mean")])
+def test_every_cell_of_the_shipped_matrices_is_accepted_before_any_data_is_read(preset, plain, tmp_path, monkeypatch):
     monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "no-data-here"))
-    axes = matrix.Axes.of(PRESET, Path(config_dir()))
-    assert len(axes.rows) == 7 and axes.columns[0] == "sum" and "robustness/hics_q99" in axes.columns
-    assert matrix.refusals(PRESET, axes) == {}
+    axes = matrix.Axes.of(preset, Path(config_dir()))
+    assert len(axes.rows) == 7 and axes.columns[0] == plain and "robustness/hics_q99" in axes.columns
+    assert matrix.refusals(preset, axes) == {}
+
+
+def test_a_matrix_reports_the_utility_its_preset_names(tmp_path):
+    """MF's matrix measures utility on its validation carve (its test split sits at the floor at 10 epochs)."""
+    assert matrix.utility_metric(PRESET, Path(config_dir())) == "test_recall_at_20"
+    assert matrix.utility_metric("robustness/matrix_mf", Path(config_dir())) == "valid_recall_at_20"
+    frame = runs().rename(columns={"metric:test_recall_at_20": "metric:valid_recall_at_20"})
+    text, _ = matrix.render(frame, PRESET, Path(config_dir()), tmp_path, utility="valid_recall_at_20")
+    assert "## valid_recall_at_20 drop against no attack under sum" in text

@@ -40,6 +40,12 @@ class Axes:
         return Axes(rows, columns) if rows and columns else None
 
 
+def utility_metric(preset: str, conf_dir: Path) -> str:
+    """The utility a preset's matrix reports: its ``matrix.utility``, else test Recall@20."""
+    node = OmegaConf.load(conf_dir / "experiment" / f"{preset}.yaml")
+    return str(OmegaConf.select(node, "matrix.utility", default="test_recall_at_20"))
+
+
 def refusals(preset: str, axes: Axes) -> dict[tuple[str, str], str]:
     """(row, defense) → the one-line reason the capabilities refuse it (checked without any data)."""
     from fedrun.cli import compose
@@ -125,11 +131,13 @@ def heatmap(path: Path, panels: list[tuple[str, dict, str, tuple[float, float], 
 
 
 def render(done: pd.DataFrame, preset: str, conf_dir: Path, out: Path,
-           exposure: str = "test_er_at_5", utility: str = "test_recall_at_20") -> tuple[str, list[Path]]:
-    """Markdown sections and the files written (PNG + CSV) for the matrix of ``preset``'s runs."""
+           exposure: str = "test_er_at_5", utility: str | None = None) -> tuple[str, list[Path]]:
+    """Markdown sections and the files written (PNG + CSV) for the matrix of ``preset``'s runs (``utility``: the
+    preset's own, ``utility_metric``, unless given)."""
     axes = Axes.of(preset, conf_dir)
     if axes is None:
         return "", []
+    utility = utility or utility_metric(preset, conf_dir)
     refused = refusals(preset, axes)
     er, quality = cells(done, exposure, axes), cells(done, utility, axes)
     drop = utility_drop(quality, axes)
