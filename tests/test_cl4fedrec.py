@@ -243,6 +243,16 @@ def test_calibration_moves_only_hot_and_sampled_rows_and_lowers_eq14():
     assert hot == set(torch.argsort(method.popularity, descending=True, stable=True)[:5].tolist())
 
 
+def test_by_default_every_normal_item_is_regularized_every_epoch():
+    """reg_sample 0 (the default): V_sp is the whole normal set, so no epoch can leave a target out of Eq. 14."""
+    method, env = make_method(["method=rcl4fedrec", "method.hot_items=5", "method.reg_lr=0.01"] + CL[1:])
+    assert method.config.reg_sample == 0
+    for epoch in range(2):
+        before = method.public.item.clone()
+        method.calibrate(epoch)
+        assert (method.public.item != before).any(1).all()  # hot and every normal row moved
+
+
 def test_an_epoch_end_runs_the_regularizer_and_refits_the_synthetic_users():
     method, env = make_method(["method=rcl4fedrec", "method.hot_items=10"] + CL[1:])
     rounds = round_of(method)

@@ -8,8 +8,10 @@ set and minimises on the public item table
 which pushes the sampled normal items away from the hot ones, so that a poisoned target cannot
 pass for a popular item. Then the synthetic users are refitted (l. 12), as in CL4FedRec.
 
-Choices where the paper is open (config fields): |V_sp| (``reg_sample``, drawn uniformly without
-replacement each epoch with its own seed; 0 = every normal item); the optimiser of Eq. 14
+Choices where the paper is open (config fields): |V_sp| (``reg_sample``: by default 0, every normal item;
+n > 0 draws n uniformly without replacement each epoch with its own seed. The paper says "a subset sampled
+from the normal item set". Measured on ML-1M under A-hum, 3 seeds: with 1,000 drawn the target escaped in
+epochs whose draw missed it, with every normal item it never did, at the same accuracy); the optimiser of Eq. 14
 (``reg_steps`` fresh-Adam steps at ``reg_lr``, by default the paper's one learning rate); every row
 in the loss moves (hot and sampled normal rows); popularity = the training split's counts.
 """
@@ -31,7 +33,7 @@ from fedrun.types import RoundContext
 class RCL4FedRecConfig(CL4FedRecConfig):
     regularizer: bool = True  # false: Table 4's "− regularizer" (= CL4FedRec)
     hot_items: int = 100  # "the top 100 items that have the most number of interactions"
-    reg_sample: int = 1000  # |V_sp| normal items per epoch (0: all of them)
+    reg_sample: int = 0  # |V_sp| normal items per epoch (0: all of them)
     reg_steps: int = 10
     reg_lr: float = 1e-3
 
