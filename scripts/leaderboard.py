@@ -22,7 +22,7 @@ import pandas as pd  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from fedrun.core.paths import config_dir  # noqa: E402
-from fedrun.report.cli import drop_reruns, script_runs  # noqa: E402
+from fedrun.report.cli import SEED_PARAMS, drop_reruns, script_runs  # noqa: E402
 from fedrun.report.table import markdown  # noqa: E402
 
 RANKING = ["test_hr_at_10", "test_ndcg_at_10", "test_hr_at_20", "test_ndcg_at_20"]
@@ -50,12 +50,34 @@ def epsilon_of(group: pd.DataFrame) -> str:
     return ", ".join(sorted(set(group["param:privacy.epsilon"].astype(str))))
 
 
+def logged(value) -> bool:
+    return not pd.isna(value) and str(value) not in ("None", "nan", "")
+
+
+def current_setting(group: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A method's runs at its latest setting, and the runs of an earlier default set aside: those whose parameters
+    differ from the latest run's (where both logged them; seeds and how a run executes aside)."""
+    latest = group.sort_values("start_time").iloc[-1]
+    params = [c for c in group.columns if c.startswith("param:") and c[len("param:"):] not in SEED_PARAMS
+              and not c.startswith("param:choices.hydra/") and logged(latest[c])]
+
+    def same(run: pd.Series) -> bool:
+        return all(str(run[c]) == str(latest[c]) for c in params if logged(run[c]))
+
+    keep = group.apply(same, axis=1).astype(bool)
+    return group[keep], group[~keep]
+
+
 def board(frame: pd.DataFrame) -> pd.DataFrame:
-    """Finished runs → one row per method: means and stds of the ranking metrics, means of the costs."""
+    """Finished runs → one row per method at its current setting (``current_setting``): means and stds of the
+    ranking metrics, means of the costs."""
     done, _ = drop_reruns(frame)
     done = done[done["status"] == "FINISHED"]
     rows = []
-    for method, group in done.groupby("param:choices.method"):
+    for method, runs in done.groupby("param:choices.method"):
+        group, earlier = current_setting(runs)
+        if len(earlier):
+            print(f"{method}: {len(earlier)} run(s) of an earlier setting set aside ({', '.join(earlier['run_id'])})")
         row = {"method": method, "paper": paper_of(method), "runs": len(group),
                "backbone": group["param:choices.backbone"].astype(str).iloc[0], "epsilon": epsilon_of(group)}
         for name in RANKING + COSTS + ["floor_ndcg_at_10"]:

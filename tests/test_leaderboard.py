@@ -64,6 +64,18 @@ def test_board_ranks_by_ndcg_with_the_floor_ratio_and_epsilon():
     assert "| 0.0600 ± 0.0000 | 1.00 |" in text  # pop is the floor itself
 
 
+def test_runs_of_an_earlier_default_are_set_aside_for_the_latest_setting():
+    """rCL4FedRec's V_sp default changed (1,000 → every normal item): the board ranks the new default's runs only.
+    A parameter the older runs did not log yet, or one that says how a run executed, changes nothing."""
+    old = [{**run, "run_id": f"old{i}", "param:method.reg_sample": "1000", "param:sim.resume": "None"}
+           for i, run in enumerate(runs("rcl4fedrec", [.03, .03, .03]))]
+    new = [{**run, "run_id": f"new{i}", "start_time": 10 + i, "param:method.reg_sample": "0", "param:eval.watch": "x",
+            "param:sim.resume": "/some/checkpoint.pt" if i == 0 else "None"}
+           for i, run in enumerate(runs("rcl4fedrec", [.05, .07]))]
+    table = board(pd.DataFrame(old + new))
+    assert table.loc[0, "runs"] == 2 and table.loc[0, "test_ndcg_at_10"] == pytest.approx(.06)
+
+
 def test_a_laplace_scale_set_directly_is_shown_as_its_per_coordinate_epsilon():
     frame = pd.DataFrame([{**run, "param:privacy.scale": "0.1", "param:privacy.clip": "0.5"}
                           for run in runs("fedgnn", [.05], privacy="ldp", eps="4.0")])

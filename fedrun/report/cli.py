@@ -31,7 +31,9 @@ if TYPE_CHECKING:
 # how a run executes rather than what it computes (threads, progress bar, device, checkpoints)
 SEED_PARAMS = {"sim.seed", "sim.progress", "sim.device", "device", "dataset.split.seed", "dataset.split.fold",
                "sim.threads", "sim.checkpoint_dir", "sim.checkpoint_every", "sim.resume",
-               "run.synthetic_popularity_share"}  # a per-seed measurement the first CL4FedRec runs logged as a param
+               # per-run measurements logged as params: the first CL4FedRec runs' synthetic-item share, FedMF's
+               # measured Paillier time per value
+               "run.synthetic_popularity_share", "run.paillier_ms_per_value"}
 REPLICATE_PARAMS = ("sim.seed", "dataset.split.seed", "dataset.split.fold")  # what makes two runs replicates
 SEEDLESS_SPLITS = ("loo", "temporal_ratio")  # protocols whose split the data-split seed does not draw
 DEFAULT_METRICS = ["test_hr_at_10", "test_ndcg_at_10", "test_recall_at_20", "test_ndcg_at_20", "test_mae", "test_rmse"]
