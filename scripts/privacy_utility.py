@@ -3,10 +3,10 @@ utility against the LDP budget ε of one upload, one panel per dataset, one line
 mean ± std over seeds; ε = ∞ is the method's run with ``privacy=none``, drawn at the right edge and joined by a
 dotted line → ``<out>/table.md`` and ``<out>/privacy-utility.png`` (docs/results/privacy-utility.md reads them).
 
-Utility is NDCG@10 on ranking data (Recall@20 where a preset logs @20 only, as PerFedRec++'s) and RMSE on
-ratings (lower is better), beside the floor of the same split. Methods that set the Laplace scale λ directly
-(FedGNN's family: ``privacy.scale``, L∞ clip δ) are placed at their papers' ε = 2δ/λ per coordinate, which the
-panel's axis says; one of their uploaded rows then costs d times that.
+Utility is Recall@20 on ranking data whose runs all log it (PerFedRec++'s Yelp), else NDCG@10, and RMSE on ratings
+(lower is better), beside the floor of the same split. A curve is named by its preset row where the runs have one.
+Methods that set the Laplace scale λ directly (FedGNN's family: ``privacy.scale``, L∞ clip δ) are placed at their
+papers' ε = 2δ/λ per coordinate, which the panel's axis says; one of their uploaded rows then costs d times that.
 
     python scripts/privacy_utility.py --experiment privacy-utility-graph \
         --ledger docs/results/privacy-utility/privacy-utility-runs.csv
@@ -28,13 +28,15 @@ import pandas as pd  # noqa: E402
 from fedrun.report.cli import drop_reruns, script_runs  # noqa: E402
 from fedrun.report.table import markdown  # noqa: E402
 
-UTILITY = ["ndcg_at_10", "recall_at_20", "rmse"]  # per dataset, the first its runs logged a floor of
+UTILITY = ["recall_at_20", "ndcg_at_10", "rmse"]  # per dataset, the first every finished run logged a floor of
 
 
 def utility_of(runs: pd.DataFrame) -> str:
-    """The utility metric of one dataset's runs: the first of UTILITY with a logged floor."""
+    """The utility metric of one dataset's runs: the first of UTILITY whose floor every finished run logged."""
+    finished = runs[runs["status"] == "FINISHED"]
     for metric in UTILITY:
-        if runs.get(f"metric:floor_{metric}", pd.Series(dtype=float)).notna().any():
+        column = f"metric:floor_{metric}"
+        if len(finished) and column in finished and finished[column].notna().all():
             return metric
     return UTILITY[-1]
 
@@ -65,7 +67,10 @@ def points(frame: pd.DataFrame) -> pd.DataFrame:
     done["unit"] = [unit for _, unit in budgets]
     targets = done.get("param:privacy.targets", pd.Series("", index=done.index)).astype(str)
     done["protects"] = targets.where(private, "")
-    done["curve"] = done["param:choices.method"].astype(str) + " / " + done["param:choices.backbone"].astype(str)
+    rows = done.get("param:choices.row", pd.Series(None, index=done.index, dtype=object))
+    named = rows.map(lambda row: str(row).split("/")[-1] if pd.notna(row) and str(row) not in ("None", "nan") else None)
+    done["curve"] = named.fillna(done["param:choices.method"].astype(str)) + " / " + done[
+        "param:choices.backbone"].astype(str)  # a preset's row names it (FedMF is FedGNN's method on K = 0)
     grouped = done.groupby(["param:choices.dataset", "metric", "curve", "epsilon"], dropna=False)
     out = grouped.agg(mean=("value", "mean"), std=("value", "std"), runs=("value", "count"), failed=("failed", "sum"),
                       floor=("floor", "mean"), protects=("protects", lambda s: ", ".join(sorted(set(s) - {""}))),

@@ -38,14 +38,18 @@ def test_points_average_seeds_per_epsilon_with_infinity_from_no_privacy():
 
 
 def test_a_laplace_scale_set_directly_is_placed_at_its_per_coordinate_epsilon_on_its_datasets_metric():
-    """FedGNN's family sets λ (privacy.scale) and an L∞ clip δ: its point is ε = 2δ/λ per coordinate, and a
-    dataset whose runs log @20 only is measured by Recall@20."""
+    """FedGNN's family sets λ (privacy.scale) and an L∞ clip δ: its point is ε = 2δ/λ per coordinate; a dataset
+    whose runs log Recall@20 is measured by it; a preset's row names the curve."""
     graph = [{**run, "param:choices.dataset": "yelp-perfedrec", "param:privacy.scale": scale,
               "param:privacy.clip": .5, "param:privacy.epsilon": 4.0, "param:choices.privacy": privacy}
              for scale, privacy, value in ((.1, "perfedrecpp/ldp", .02), (.05, "perfedrecpp/ldp", .03),
                                            (None, "none", .04))
              for run in runs("fedgnn", 1.0, [value], metric="recall_at_20")]
-    table = points(pd.DataFrame(graph + runs("fedavg", 1.0, [.02])))
+    fedmf = [{**run, "run_id": "fedmf", "param:choices.row": "perfedrecpp/fedmf", "param:backbone.layers": 0}
+             for run in graph[:1]]
+    table = points(pd.DataFrame(graph + fedmf + runs("fedavg", 1.0, [.02])))
+    assert set(table["curve"]) == {"fedgnn / mf", "fedmf / mf", "fedavg / mf"}
+    table = table[table["curve"] != "fedmf / mf"].reset_index(drop=True)
     yelp = table[table["dataset"] == "yelp-perfedrec"]
     assert list(yelp["epsilon"]) == [10.0, 20.0, math.inf] and set(yelp["metric"]) == {"recall_at_20"}
     assert list(yelp["unit"]) == ["per coordinate", "per coordinate", ""]

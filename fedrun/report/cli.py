@@ -53,14 +53,20 @@ def collect(client, exp_id: str, parent: str | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def as_text(frame: pd.DataFrame) -> pd.DataFrame:
+    """Every cell as text, a missing one as "nan" (pandas 3's ``astype(str)`` keeps it missing, which ``nunique``
+    and ``groupby`` then skip: a parameter some runs never logged would not count as varying)."""
+    return frame.astype(str).fillna("nan")
+
+
 def group_columns(frame: pd.DataFrame) -> list[str]:
     """The chosen options, plus every other parameter that varies — except seeds, and except
     parameters the chosen options already determine (an option's own defaults)."""
     choices = [c for c in frame.columns if c.startswith("param:choices.") and not c.startswith("param:choices.hydra/")
-               and frame[c].astype(str).nunique() > 1]  # Hydra's own choices (the launcher) are how a run executes
+               and as_text(frame[[c]])[c].nunique() > 1]  # Hydra's own choices (the launcher) are how a run executes
     fixed = [c for c in (f"param:choices.{g}" for g in ("method", "backbone", "dataset")) if c in frame.columns]
     keys = list(dict.fromkeys(fixed + choices))
-    text = frame.astype(str)
+    text = as_text(frame)
     varying = [c for c in frame.columns if c.startswith("param:") and c not in keys
                and not c.startswith("param:choices.hydra/")
                and c[len("param:"):] not in SEED_PARAMS and text[c].nunique() > 1
@@ -79,7 +85,7 @@ def drop_reruns(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     replicate = [c for c in (f"param:{p}" for p in REPLICATE_PARAMS) if c in done.columns]
     keys = group_columns(done) + replicate
     ordered = done.sort_values("start_time")
-    text = ordered.astype(str)
+    text = as_text(ordered)
     if {"param:dataset.split.protocol", "param:dataset.split.seed"} <= set(text.columns):
         seedless = text["param:dataset.split.protocol"].isin(SEEDLESS_SPLITS)  # such runs share one split:
         text.loc[seedless, "param:dataset.split.seed"] = "-"  # a different split seed is not a replicate
