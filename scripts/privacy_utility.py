@@ -8,10 +8,9 @@ Utility is Recall@20 on ranking data whose runs all log it (PerFedRec++'s Yelp),
 Methods that set the Laplace scale λ directly (FedGNN's family: ``privacy.scale``, L∞ clip δ) are placed at their
 papers' ε = 2δ/λ per coordinate, which the panel's axis says; one of their uploaded rows then costs d times that.
 
-    python scripts/privacy_utility.py --experiment privacy-utility-graph \
-        --ledger docs/results/privacy-utility/privacy-utility-runs.csv
-
     python scripts/privacy_utility.py [--ledger docs/results/privacy-utility/privacy-utility-runs.csv]
+
+(the graph family's runs, on Yelp: add ``--experiment privacy-utility-graph``; the ledger holds both).
 """
 
 from __future__ import annotations

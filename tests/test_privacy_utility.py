@@ -45,8 +45,7 @@ def test_a_laplace_scale_set_directly_is_placed_at_its_per_coordinate_epsilon_on
              for scale, privacy, value in ((.1, "perfedrecpp/ldp", .02), (.05, "perfedrecpp/ldp", .03),
                                            (None, "none", .04))
              for run in runs("fedgnn", 1.0, [value], metric="recall_at_20")]
-    fedmf = [{**run, "run_id": "fedmf", "param:choices.row": "perfedrecpp/fedmf", "param:backbone.layers": 0}
-             for run in graph[:1]]
+    fedmf = [{**run, "run_id": "fedmf", "param:choices.row": "perfedrecpp/fedmf"} for run in graph[:1]]
     table = points(pd.DataFrame(graph + fedmf + runs("fedavg", 1.0, [.02])))
     assert set(table["curve"]) == {"fedgnn / mf", "fedmf / mf", "fedavg / mf"}
     table = table[table["curve"] != "fedmf / mf"].reset_index(drop=True)

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from fedrun.core.paths import config_dir
+from fedrun.errors import ConfigError
 from fedrun.report import matrix
 
 PRESET = "robustness/matrix"
@@ -59,3 +60,5 @@ def test_a_matrix_reports_the_utility_its_preset_names(tmp_path):
     frame = runs().rename(columns={"metric:test_recall_at_20": "metric:valid_recall_at_20"})
     text, _ = matrix.render(frame, PRESET, Path(config_dir()), tmp_path, utility="valid_recall_at_20")
     assert "## valid_recall_at_20 drop against no attack under sum" in text
+    with pytest.raises(ConfigError, match="matrix.utility"):  # a name the runs never logged: said, not an empty map
+        matrix.render(runs(), PRESET, Path(config_dir()), tmp_path, utility="valid_recal_at_20")

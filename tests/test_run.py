@@ -280,6 +280,25 @@ def test_report_counts_the_latest_of_rerun_seeds_and_lists_the_others():
     assert rows == [["fedcl", "ncf", "beauty", "3", "0.2000 ± 0.1000"]]
 
 
+def test_runs_that_differ_where_a_choice_was_not_logged_are_not_reruns():
+    """A choice some runs never logged (a preset's row) still counts as varying, so the setting it separates keeps
+    runs at different ε apart (pandas 3's astype(str) kept the missing cells missing and grouped them away)."""
+    import pandas as pd
+
+    from fedrun.report.cli import drop_reruns
+
+    nan = float("nan")
+    frame = pd.DataFrame({
+        "run_id": ["eps0.5", "eps1", "fedmf", "fedgnn"], "status": ["FINISHED"] * 4, "start_time": [1, 2, 3, 4],
+        "param:choices.method": ["fedavg"] * 4, "param:choices.backbone": ["mf"] * 4,
+        "param:choices.dataset": ["ml-100k"] * 4,
+        "param:choices.row": [nan, nan, "perfedrecpp/fedmf", "perfedrecpp/fedgnn"],  # the later runs have rows
+        "param:privacy.epsilon": ["0.5", "1.0", "4.0", "4.0"], "param:sim.seed": ["1"] * 4,
+    })
+    kept, superseded = drop_reruns(frame)
+    assert superseded.empty and sorted(kept["run_id"]) == ["eps0.5", "eps1", "fedgnn", "fedmf"]
+
+
 def test_test_every_logs_learning_curves_without_selecting():
     """sim.test_every=1: the test metrics of every epoch but the last are logged at that epoch's step,
     and the final test is the last model's (nothing is selected on them)."""

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from fedrun.core.paths import config_dir
+from fedrun.errors import ConfigError
 from fedrun.eval.metrics import RATING_METRICS
 from fedrun.report import ledger, matrix
 from fedrun.report.paper import ALPHA, beside_paper, claim_tests, order_claims, preset_paper
@@ -62,11 +63,11 @@ def as_text(frame: pd.DataFrame) -> pd.DataFrame:
 def group_columns(frame: pd.DataFrame) -> list[str]:
     """The chosen options, plus every other parameter that varies — except seeds, and except
     parameters the chosen options already determine (an option's own defaults)."""
+    text = as_text(frame)
     choices = [c for c in frame.columns if c.startswith("param:choices.") and not c.startswith("param:choices.hydra/")
-               and as_text(frame[[c]])[c].nunique() > 1]  # Hydra's own choices (the launcher) are how a run executes
+               and text[c].nunique() > 1]  # Hydra's own choices (the launcher) are how a run executes
     fixed = [c for c in (f"param:choices.{g}" for g in ("method", "backbone", "dataset")) if c in frame.columns]
     keys = list(dict.fromkeys(fixed + choices))
-    text = as_text(frame)
     varying = [c for c in frame.columns if c.startswith("param:") and c not in keys
                and not c.startswith("param:choices.hydra/")
                and c[len("param:"):] not in SEED_PARAMS and text[c].nunique() > 1
@@ -257,7 +258,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.ledger:
         ledger.write(frame, args.ledger)
-    text, files = render(frame, args.experiment, args.metrics, Path(args.out) / args.experiment)
+    try:
+        text, files = render(frame, args.experiment, args.metrics, Path(args.out) / args.experiment)
+    except ConfigError as error:  # a preset's report setting (matrix.utility) its runs cannot answer
+        print(f"fedrun-report: {error}", file=sys.stderr)
+        return 2
     run = client.create_run(experiment_id(client, args.experiment), run_name="report",
                             tags={"fedrun.kind": "report", "mlflow.runName": "report"})
     for path in files:

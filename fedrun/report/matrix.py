@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
 
+from fedrun.errors import ConfigError
 from fedrun.report.table import markdown
 
 matplotlib.use("Agg")
@@ -138,6 +139,8 @@ def render(done: pd.DataFrame, preset: str, conf_dir: Path, out: Path,
     if axes is None:
         return "", []
     utility = utility or utility_metric(preset, conf_dir)
+    if len(done) and f"metric:{utility}" not in done:
+        raise ConfigError("matrix.utility", utility, "a metric the preset's runs logged (e.g. test_recall_at_20)")
     refused = refusals(preset, axes)
     er, quality = cells(done, exposure, axes), cells(done, utility, axes)
     drop = utility_drop(quality, axes)
