@@ -518,3 +518,40 @@ def test_a_run_records_its_dataset_as_an_input():
     assert entry.dataset.name == "synthetic" and entry.dataset.digest.startswith("synthetic-")
     profile = json.loads(entry.dataset.profile)
     assert profile["users"] == 60 and profile["test"] > 0 and profile["split"] == "loo"
+
+
+def test_a_report_borrows_the_matching_runs_of_another_ledger_without_keeping_them(tmp_path, capsys):
+    """rCL4FedRec's CL4FedRec row is a row of its Tables 2, 3 and 4 alike: Table 3's report pairs its defense rows
+    with the CL4FedRec runs recorded under Table 2, which keep their own ledger."""
+    import pandas as pd
+
+    from fedrun.report import ledger
+
+    def runs(experiment, rows):  # (row, lr, seed, recall)
+        return pd.DataFrame({
+            "run_id": [f"{experiment}-{k}" for k in range(len(rows))], "status": "FINISHED",
+            "start_time": range(len(rows)), "reason": "",
+            "param:choices.experiment": f"paper/{experiment}", "param:experiment_name": experiment,
+            "param:choices.dataset": "ml-1m", "param:choices.backbone": "ncf", "param:choices.method": "cl",
+            "param:choices.row": [f"paper/{row}" for row, *_ in rows], "param:method.lr": [lr for _, lr, *_ in rows],
+            "param:sim.seed": [seed for *_, seed, _ in rows], "metric:test_recall_at_20": [r for *_, r in rows]})
+
+    host, other = tmp_path / "table3-runs.csv", tmp_path / "table2-runs.csv"
+    ledger.write(runs("table3", [("krum", "0.1", "1", 0.20), ("krum", "0.1", "2", 0.22)]), host)
+    ledger.write(runs("table2", [("cl", "0.1", "1", 0.30), ("cl", "0.1", "2", 0.31), ("cl", "1.0", "1", 0.9),
+                                 ("other", "0.1", "1", 0.5)]), other)
+    out = tmp_path / "reports"
+    borrow = ["--borrow", str(other), "row=cl", "method.lr=0.10"]  # a number matches by value
+    assert report_main(["table3", "--out", str(out), "--ledger", str(host), *borrow]) == 0
+    table = pd.read_csv(out / "table3" / "report.csv")
+    assert list(zip(table["row"], table["runs"])) == [("paper/cl", 2), ("paper/krum", 2)]  # one preset, no lr=1.0
+    assert "0.3050 ±" in table["test_recall_at_20"][0]
+    text = (out / "table3" / "report.md").read_text()
+    assert "borrowed from other experiments' ledgers (2)" in text and "table2-0: row paper/cl, seed 1" in text
+    assert len(ledger.read(host)) == 2  # the host's ledger keeps its own runs only
+
+    for bad, message in [(["row"], "'row' is not a filter"), (["seed=1"], "has no parameter 'seed'"),
+                         (["row=none"], "no finished run of"), ([], "no ledger at")]:
+        source = str(tmp_path / "missing.csv") if not bad else str(other)
+        assert report_main(["table3", "--out", str(out), "--ledger", str(host), "--borrow", source, *bad]) == 2
+        assert message in capsys.readouterr().err

@@ -178,6 +178,11 @@ def render(frame: pd.DataFrame, title: str, metrics: list[str], out: Path) -> tu
         lines = [f"- {r.run_id}" for r in superseded.itertuples()]
         text += (f"\n## Reruns superseded by a later run of the same options and seeds ({len(lines)})\n\n"
                  + "\n".join(lines) + "\n")
+    if "borrowed_from" in frame:
+        lent = frame[frame["borrowed_from"].notna()]
+        lines = [f"- {run_id}: row {row}, seed {seed}, from {source}" for run_id, row, seed, source in zip(
+            lent["run_id"], lent.get("param:choices.row", "?"), lent.get("param:sim.seed", "?"), lent["borrowed_from"])]
+        text += (f"\n## Runs borrowed from other experiments' ledgers ({len(lines)})\n\n" + "\n".join(lines) + "\n")
     if failed_lines:
         text += f"\n## Runs that did not finish ({len(failed_lines)})\n\n" + "\n".join(failed_lines) + "\n"
     (out / "report.md").write_text(text)
@@ -239,6 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="outputs/reports", help="folder for the CSV and Markdown files")
     parser.add_argument("--ledger", type=Path, default=None,
                         help="CSV file of earlier runs: merged with the store's runs, then rewritten with all of them")
+    parser.add_argument("--borrow", nargs="+", action="append", default=[], metavar=("LEDGER", "KEY=VALUE"),
+                        help="tabulate with this experiment's runs the finished runs of another experiment's ledger "
+                             "that match every KEY=VALUE (a row two presets share, e.g. `--borrow runs.csv "
+                             "row=cl4fedrec method.lambda_item=0.0`); repeatable; never written to --ledger")
     args = parser.parse_args(argv)
 
     client = open_client(args.uri or default_uri())
@@ -258,6 +267,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.ledger:
         ledger.write(frame, args.ledger)
+    try:
+        for source, *filters in args.borrow:
+            frame = pd.concat([frame, ledger.borrow(frame, Path(source), filters)], ignore_index=True)
+    except ValueError as error:
+        print(f"fedrun-report: {error}", file=sys.stderr)
+        return 2
     try:
         text, files = render(frame, args.experiment, args.metrics, Path(args.out) / args.experiment)
     except ConfigError as error:  # a preset's report setting (matrix.utility) its runs cannot answer

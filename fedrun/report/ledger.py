@@ -14,6 +14,8 @@ from pathlib import Path
 import pandas as pd
 
 RUN_COLUMNS = ["run_id", "status", "start_time", "reason"]
+# what names a run's experiment rather than what it computes: a borrowed run takes its host's values
+NAMING_PARAMS = ["param:choices.experiment", "param:experiment_name", "param:track.experiment"]
 
 
 def normalize(frame: pd.DataFrame) -> pd.DataFrame:
@@ -65,3 +67,48 @@ def write(frame: pd.DataFrame, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     frame.sort_values(["start_time", "run_id"])[RUN_COLUMNS + params + metrics].to_csv(
         path, index=False, na_rep="")  # floats as repr: they read back exactly
+
+
+def borrow(host: pd.DataFrame, path: Path, filters: list[str]) -> pd.DataFrame:
+    """The finished runs of another experiment's ledger ``path`` that match every ``KEY=VALUE`` filter, labelled
+    as runs of ``host``'s experiment, with their origin in a ``borrowed_from`` column.
+
+    A paper's tables share rows (rCL4FedRec's CL4FedRec row is its Table 2, 3 and 4 row alike), and so may a
+    reproduction: a run recorded under one preset counts in another preset's report when its setting is the
+    same. Only the experiment's name and preset are relabelled; every parameter that still differs from the
+    host's runs of the same row shows in the report as a variant, as it would for the host's own runs.
+    ``row=NAME`` matches the row option by its last part (``rcl4fedrec/cl4fedrec`` → ``cl4fedrec``); any other
+    key is a parameter, matched as text or, where both sides are numbers, by value."""
+    if not path.exists():
+        raise ValueError(f"--borrow: no ledger at {path}")
+    runs = read(path)
+    runs = runs[runs["status"] == "FINISHED"]
+    for spec in filters:
+        key, sep, value = spec.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--borrow: {spec!r} is not a filter; write KEY=VALUE, e.g. row=cl4fedrec")
+        column = "param:choices.row" if key == "row" else f"param:{key}"
+        if column not in runs:
+            raise ValueError(f"--borrow: the ledger {path} has no parameter {key!r}")
+        cells = runs[column].astype(str).str.split("/").str[-1] if key == "row" else runs[column]
+        runs = runs[cells.map(lambda cell: _same_value(cell, value))]
+    if runs.empty:
+        raise ValueError(f"--borrow: no finished run of {path} matches {' '.join(filters) or 'every run'}")
+    presets = host["param:choices.experiment"].dropna().unique() if "param:choices.experiment" in host else []
+    if len(presets) > 1:
+        raise ValueError("--borrow: the experiment's own runs come from several presets "
+                         f"({', '.join(map(str, presets))}); borrowed runs would join none of them")
+    runs = runs[~runs["run_id"].isin(host["run_id"])].copy()
+    for column in NAMING_PARAMS:
+        known = host[column].dropna().unique() if column in host else []
+        runs[column] = known[0] if len(known) else float("nan")
+    return runs.assign(borrowed_from=str(path))
+
+
+def _same_value(cell, value: str) -> bool:
+    if str(cell) == value:
+        return True
+    try:
+        return float(cell) == float(value)
+    except (TypeError, ValueError):
+        return False
