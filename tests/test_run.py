@@ -555,3 +555,17 @@ def test_a_report_borrows_the_matching_runs_of_another_ledger_without_keeping_th
         source = str(tmp_path / "missing.csv") if not bad else str(other)
         assert report_main(["table3", "--out", str(out), "--ledger", str(host), "--borrow", source, *bad]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_without_the_progress_bar_each_epoch_logs_one_line(caplog):
+    """A batch job or sweep runs with sim.progress=false; its log still shows the run moving: per epoch the mean
+    loss, the validation just taken with the best so far, the time per epoch and what is left."""
+    caplog.set_level("INFO", logger="fedrun")
+    run(["sim.progress=false", "sim.eval_every=2", "sim.epochs=3", "sim.keep_best=true"])
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("epoch ")]
+    assert [line.split(":")[0] for line in lines] == ["epoch 1/3", "epoch 2/3", "epoch 3/3"]
+    assert "valid" not in lines[0] and "valid ndcg_at_10" in lines[1] and "(best " in lines[1]
+    assert all(" per epoch, " in line and line.endswith(" left") for line in lines)
+    caplog.clear()
+    run(["sim.progress=true", "sim.epochs=1"])
+    assert not [r for r in caplog.records if r.getMessage().startswith("epoch ")]  # the bar shows it instead

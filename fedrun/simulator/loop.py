@@ -63,6 +63,7 @@ def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimC
     has_valid = evaluator.split.valid is not None
     bar = tqdm(total=n_rounds, initial=state.next_round, desc=label, disable=not sim.progress,
                dynamic_ncols=True, unit="round")
+    pace = _Pace(state.next_round, n_rounds, per_epoch)  # without the bar: one log line per epoch
     with graceful_stop(stop_file) as stop:
         while state.next_round < n_rounds and not _patience_spent(state, sim):
             round_index = state.next_round
@@ -75,8 +76,10 @@ def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimC
                     "Lower the learning rate (method.optimizer.lr) or check the data.")
             tracker.log_metrics({"train_loss": stats.loss, "bytes_up_per_client": stats.bytes_up,
                                  "bytes_down_per_client": stats.bytes_down, **stats.extra}, step=round_index)
+            pace.losses.append(stats.loss)
             epoch, epoch_done = (round_index + 1) // per_epoch, (round_index + 1) % per_epoch == 0
-            if has_valid and sim.eval_every and epoch_done and epoch % sim.eval_every == 0:
+            validated = has_valid and sim.eval_every and epoch_done and epoch % sim.eval_every == 0
+            if validated:
                 started = time.perf_counter()
                 state.valid = evaluator.evaluate(method, "valid")
                 state.eval_seconds += time.perf_counter() - started
@@ -90,6 +93,8 @@ def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimC
                 tracker.log_metrics({f"test_{k}": v for k, v in curve.items()}, step=round_index + 1)
             state.next_round = round_index + 1
             _progress(bar, epoch, stats.loss, state.valid, evaluator.monitor)
+            if epoch_done and not sim.progress:
+                pace.log_epoch(state, evaluator.monitor if validated else None)
             if save is not None and (stop.requested or (sim.checkpoint_every and
                                                         state.next_round % sim.checkpoint_every == 0)):
                 path = save(state)
@@ -146,6 +151,35 @@ def _select_tested_model(state: RunnerState, method: Method, evaluator: Evaluato
         log.info("Testing the model of epoch %g (best valid %s %.4f).", best_epoch, monitor, state.best_valid)
     chosen = {"rounds_trained": float(state.next_round), "best_valid_round": float(state.best_round)}
     return chosen if state.best_valid is None else {**chosen, f"best_valid_{monitor}": state.best_valid}
+
+
+class _Pace:
+    """The progress a run without its bar (``sim.progress=false``: batch jobs, sweeps) reports in its log, one
+    line per epoch: the epoch's mean training loss, the validation just taken, the time per epoch and what is left."""
+
+    def __init__(self, first_round: int, n_rounds: int, per_epoch: int):
+        self.first_round, self.n_rounds, self.per_epoch = first_round, n_rounds, per_epoch
+        self.started = time.perf_counter()
+        self.losses: list[float] = []  # the current epoch's round losses
+
+    def log_epoch(self, state: RunnerState, monitor: str | None) -> None:
+        done = state.next_round - self.first_round  # rounds this process ran (a resumed run starts later)
+        seconds_per_round = (time.perf_counter() - self.started) / max(done, 1)
+        epochs = math.ceil(self.n_rounds / self.per_epoch)
+        line = f"epoch {state.next_round // self.per_epoch}/{epochs}: loss {sum(self.losses) / len(self.losses):.4f}"
+        if monitor is not None:
+            line += f", valid {monitor} {state.valid[monitor]:.4f}"
+            if state.best_valid is not None:
+                line += f" (best {state.best_valid:.4f}, epoch {state.best_round / self.per_epoch:g})"
+        left = (self.n_rounds - state.next_round) * seconds_per_round
+        log.info("%s; %s per epoch, %s left", line, _duration(seconds_per_round * self.per_epoch), _duration(left))
+        self.losses.clear()
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 def _progress(bar: tqdm, epoch: int, loss: float, valid: dict[str, float], monitor: str) -> None:
