@@ -123,6 +123,21 @@ def test_krum_selects_the_upload_its_formula_scores_lowest():
     torch.testing.assert_close(chosen, rows[0])
 
 
+def test_krum_scores_honest_uploads_exactly_beside_huge_ones_in_float32():
+    """Krum scores by summing the c − f − 2 nearest distances; a shortcut that summed all and subtracted the
+    farthest would lose an honest upload's score to float32 cancellation when attackers upload at 1e6 times its
+    scale. The choice must be the one the formula makes in float64."""
+    generator = torch.Generator().manual_seed(0)
+    honest = 1e-3 * torch.randn(20, 8, generator=generator, dtype=torch.float64)
+    rows = torch.cat([honest, 1e3 * torch.ones(2, 8, dtype=torch.float64)])  # [22, 8], f = 2 attackers
+    d2 = torch.cdist(rows, rows).pow(2)
+    n = 22 - 2 - 2
+    scores = torch.stack([d2[i][torch.arange(22) != i].sort().values[:n].sum() for i in range(22)])
+    uploads = Uploads(22, torch.arange(22), torch.zeros(22, dtype=torch.long), rows.float())
+    chosen = Krum(KrumConfig(f=2)).aggregate(uploads).item_delta[0]
+    torch.testing.assert_close(chosen, rows[int(scores.argmin())].float())
+
+
 def test_sum_semantics_multiply_the_estimate_by_the_uploaders():
     uploads = ragged_uploads(3)
     mean = Median(RobustConfig()).aggregate(uploads)

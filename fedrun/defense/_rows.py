@@ -1,6 +1,6 @@
 """Per-row robust aggregation, vectorized: the uploads of each item row are gathered into dense
 stacks ``[g, c, d]`` — the g rows that have exactly c uploaders each, their uploads in upload
-order — by two stable sorts and a view, so a rule runs as a few batched kernels per distinct
+order — by one stable sort and a view, so a rule runs as a few batched kernels per distinct
 uploader count: never a Python loop over items or clients, and no padding.
 
 A robust rule implements ``reduce(values [g, c, d]) → [g, d]``: a robust estimate of the mean of
@@ -35,13 +35,14 @@ class RowStack:
 
 
 def stack_rows(keys: torch.Tensor, deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[RowStack]]:
-    """keys [R], deltas [R, d] → (distinct keys [G] sorted, uploads per key [G], the stacks, one per
+    """keys [R] (ids ≥ 0), deltas [R, d] → (distinct keys [G] sorted, uploads per key [G], the stacks, one per
     distinct uploader count)."""
-    by_key = torch.argsort(keys, stable=True)  # uploads of a key together, in upload order
-    distinct, count = torch.unique_consecutive(keys[by_key], return_counts=True)  # [G], [G]
-    row = torch.repeat_interleave(torch.arange(distinct.numel(), device=keys.device), count)  # [R]
-    by_count = torch.argsort(count[row], stable=True)  # rows with equal counts together, still by key
-    ordered = deltas[by_key[by_count]]  # [R, d]
+    per_key = torch.bincount(keys)  # [max key + 1]
+    distinct = per_key.nonzero().squeeze(1)  # [G]
+    count = per_key[distinct]  # [G]
+    # one stable sort on (uploader count, key): rows of equal count together, by key, uploads in upload order
+    order = torch.argsort(per_key[keys] * per_key.numel() + keys, stable=True)  # [R]
+    ordered = deltas[order]  # [R, d]
     row_order = torch.argsort(count, stable=True)  # [G] the rows in the same order
     sizes, rows_per_size = torch.unique_consecutive(count[row_order], return_counts=True)
     stacks, at, first = [], 0, 0

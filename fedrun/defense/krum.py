@@ -47,8 +47,14 @@ def krum_scores(values: torch.Tensor, f: int, variant: str) -> torch.Tensor:
         others = (values.sum(1, keepdim=True) - values) / (c - 1)
         return (values - others).pow(2).sum(2)
     distance = squared_distances(values)  # [g, c, c]
-    distance = distance + torch.diag(torch.full((c,), float("inf"), dtype=values.dtype, device=values.device))
     n = min(max(c - f - 2, 1), c - 1)  # neighbours scored
+    dropped = c - 1 - n  # the farthest others, not scored (f + 1 for a row of c ≥ f + 3)
+    if dropped < n:  # few to drop (small f): zero them and the upload itself, sum the rest — a top-k of f + 1
+        distance.diagonal(dim1=1, dim2=2).zero_()  # instead of a top-k of c − f − 2, which is nearly a sort;
+        if dropped:  # masked, not subtracted: an attacker's huge distances would swamp the sum in float32
+            distance.scatter_(2, distance.topk(dropped, dim=2).indices, 0.0)
+        return distance.sum(2)
+    distance.diagonal(dim1=1, dim2=2).fill_(float("inf"))
     return distance.topk(n, dim=2, largest=False).values.sum(2)
 
 
