@@ -569,3 +569,25 @@ def test_without_the_progress_bar_each_epoch_logs_one_line(caplog):
     caplog.clear()
     run(["sim.progress=true", "sim.epochs=1"])
     assert not [r for r in caplog.records if r.getMessage().startswith("epoch ")]  # the bar shows it instead
+
+
+def test_a_training_loss_that_rose_tenfold_is_said_and_tagged(caplog):
+    """FedGNN without its LDP clip at the lr chosen under it: the loss went from .69 to 4,657, still finite, and
+    the run reported the best validated model of epoch 2 as if training had gone well. Such a run now says so."""
+    from fedrun.simulator.loop import _Pace
+
+    class Tags:
+        tags: dict = {}
+
+        def set_tags(self, tags):
+            self.tags = {**self.tags, **tags}
+
+    diverged, trained = _Pace(0, 60, 20), _Pace(0, 60, 20)
+    diverged.epoch_losses, trained.epoch_losses = [0.69, 0.06, 3.7], [0.69, 0.06, 0.05]
+    first, second = Tags(), Tags()
+    diverged.check_rise(first)
+    trained.check_rise(second)
+    assert first.tags == {"fedrun.loss_rose": "0.06 -> 3.7"} and second.tags == {}
+    assert [r.getMessage() for r in caplog.records if "training loss rose" in r.getMessage()] == [
+        "the training loss rose from 0.06 (epoch 2 of this run) to 3.7 in its last epoch: training diverged; "
+        "lower the learning rate (method.optimizer.lr)"]

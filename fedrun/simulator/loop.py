@@ -63,7 +63,7 @@ def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimC
     has_valid = evaluator.split.valid is not None
     bar = tqdm(total=n_rounds, initial=state.next_round, desc=label, disable=not sim.progress,
                dynamic_ncols=True, unit="round")
-    pace = _Pace(state.next_round, n_rounds, per_epoch)  # without the bar: one log line per epoch
+    pace = _Pace(state.next_round, n_rounds, per_epoch)  # epoch losses; without the bar, one log line per epoch
     with graceful_stop(stop_file) as stop:
         while state.next_round < n_rounds and not _patience_spent(state, sim):
             round_index = state.next_round
@@ -93,8 +93,8 @@ def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimC
                 tracker.log_metrics({f"test_{k}": v for k, v in curve.items()}, step=round_index + 1)
             state.next_round = round_index + 1
             _progress(bar, epoch, stats.loss, state.valid, evaluator.monitor)
-            if epoch_done and not sim.progress:
-                pace.log_epoch(state, evaluator.monitor if validated else None)
+            if epoch_done:
+                pace.close_epoch(state, evaluator.monitor if validated else None, log_it=not sim.progress)
             if save is not None and (stop.requested or (sim.checkpoint_every and
                                                         state.next_round % sim.checkpoint_every == 0)):
                 path = save(state)
@@ -103,6 +103,7 @@ def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimC
             elif stop.requested:
                 raise Interrupted(stop.signal, state.next_round, None)
     bar.close()
+    pace.check_rise(tracker)
     rounds = state.next_round
     selection = _select_tested_model(state, method, evaluator, sim, per_epoch) if sim.selects_on_validation else {}
     check_model(method.state_dict(), rounds)  # never score a diverged model
@@ -154,26 +155,46 @@ def _select_tested_model(state: RunnerState, method: Method, evaluator: Evaluato
 
 
 class _Pace:
-    """The progress a run without its bar (``sim.progress=false``: batch jobs, sweeps) reports in its log, one
-    line per epoch: the epoch's mean training loss, the validation just taken, the time per epoch and what is left."""
+    """Each epoch's mean training loss, and the progress a run without its bar (``sim.progress=false``: batch
+    jobs, sweeps) reports in its log, one line per epoch: that loss, the validation just taken, the time per
+    epoch and what is left."""
+
+    RISE = 10.0  # a last epoch's loss this many times the lowest epoch's: the training diverged
 
     def __init__(self, first_round: int, n_rounds: int, per_epoch: int):
         self.first_round, self.n_rounds, self.per_epoch = first_round, n_rounds, per_epoch
         self.started = time.perf_counter()
         self.losses: list[float] = []  # the current epoch's round losses
+        self.epoch_losses: list[float] = []  # the mean of each epoch this process ran
 
-    def log_epoch(self, state: RunnerState, monitor: str | None) -> None:
+    def close_epoch(self, state: RunnerState, monitor: str | None, log_it: bool) -> None:
+        self.epoch_losses.append(sum(self.losses) / len(self.losses))
+        self.losses.clear()
+        if not log_it:
+            return
         done = state.next_round - self.first_round  # rounds this process ran (a resumed run starts later)
         seconds_per_round = (time.perf_counter() - self.started) / max(done, 1)
         epochs = math.ceil(self.n_rounds / self.per_epoch)
-        line = f"epoch {state.next_round // self.per_epoch}/{epochs}: loss {sum(self.losses) / len(self.losses):.4f}"
+        line = f"epoch {state.next_round // self.per_epoch}/{epochs}: loss {self.epoch_losses[-1]:.4f}"
         if monitor is not None:
             line += f", valid {monitor} {state.valid[monitor]:.4f}"
             if state.best_valid is not None:
                 line += f" (best {state.best_valid:.4f}, epoch {state.best_round / self.per_epoch:g})"
         left = (self.n_rounds - state.next_round) * seconds_per_round
         log.info("%s; %s per epoch, %s left", line, _duration(seconds_per_round * self.per_epoch), _duration(left))
-        self.losses.clear()
+
+    def check_rise(self, tracker: Tracker) -> None:
+        """A training loss that ended ``RISE`` times above its lowest epoch is said in one line and tagged
+        (``fedrun.loss_rose``): finite, so the run does not fail, but its last model is not a trained one, and a
+        model chosen on validation (sim.keep_best) comes from before the divergence."""
+        if len(self.epoch_losses) < 2:
+            return
+        lowest, last = min(self.epoch_losses), self.epoch_losses[-1]
+        if lowest > 0 and last >= self.RISE * lowest:
+            at = self.epoch_losses.index(lowest) + 1
+            log.warning("the training loss rose from %.4g (epoch %d of this run) to %.4g in its last epoch: training "
+                        "diverged; lower the learning rate (method.optimizer.lr)", lowest, at, last)
+            tracker.set_tags({"fedrun.loss_rose": f"{lowest:.4g} -> {last:.4g}"})
 
 
 def _duration(seconds: float) -> str:
