@@ -144,11 +144,19 @@ def paper_sections(done: pd.DataFrame, paper: dict, preset: str, out: Path, file
     return text
 
 
+# config keys added with a non-null default that keeps the old behaviour: a run recorded before the key existed
+# ran with that value (keys added with a null default need no entry)
+ADDED_WITH_DEFAULT = {"param:eval.watch": "attack"}  # ER@K of the attack's targets, as every run before the key
+
+
 def absent_as_null(frame: pd.DataFrame) -> pd.DataFrame:
-    """A param a run lacks reads as "None": a config key added after the run comes with a null default that
-    keeps the old behaviour, so the run and newer runs of its setting stay one row."""
+    """A param a run lacks reads as "None", or as the default it was added with (``ADDED_WITH_DEFAULT``): a config
+    key added after the run keeps the old behaviour at its default, so the run and newer runs of its setting stay
+    one row."""
     params = [c for c in frame.columns if c.startswith("param:")]
-    filled = frame[params].astype(object).where(frame[params].notna(), "None")
+    absent = {c: ADDED_WITH_DEFAULT.get(c, "None") for c in params}
+    filled = pd.DataFrame({c: frame[c].astype(object).where(frame[c].notna(), absent[c]) for c in params},
+                          index=frame.index)
     return pd.concat([frame.drop(columns=params), filled], axis=1)[list(frame.columns)]  # one block, not one per column
 
 
