@@ -552,6 +552,9 @@ def test_a_report_borrows_the_matching_runs_of_another_ledger_without_keeping_th
     assert "borrowed from other experiments' ledgers (2)" in text and "table2-0: row paper/cl, seed 1" in text
     assert len(ledger.read(host)) == 2  # the host's ledger keeps its own runs only
 
+    figure = ledger.borrow(ledger.read(host), other, ["row=cl"], relabel=False)  # a figure keeps their own names
+    assert set(figure["param:experiment_name"]) == {"table2"} and len(figure) == 3
+
     for bad, message in [(["row"], "'row' is not a filter"), (["seed=1"], "has no parameter 'seed'"),
                          (["row=none"], "no finished run of"), ([], "no ledger at")]:
         source = str(tmp_path / "missing.csv") if not bad else str(other)

@@ -205,6 +205,9 @@ def script_runs(description: str, experiment: str, out: Path, argv: list[str] | 
     parser.add_argument("--uri", default=None, help="tracking URI (default: $MLFLOW_TRACKING_URI or outputs/mlflow.db)")
     parser.add_argument("--ledger", type=Path, default=None, help="CSV of earlier runs, merged and rewritten")
     parser.add_argument("--out", type=Path, default=out)
+    parser.add_argument("--borrow", nargs="+", action="append", default=[], metavar=("LEDGER", "KEY=VALUE"),
+                        help="also the finished runs of another ledger that match every KEY=VALUE (repeatable; "
+                             "never written to --ledger)")
     args = parser.parse_args(argv)
     client = open_client(args.uri or default_uri())
     found = client.get_experiment_by_name(args.experiment)
@@ -212,6 +215,11 @@ def script_runs(description: str, experiment: str, out: Path, argv: list[str] | 
     if args.ledger:
         frame = ledger.merge(ledger.read(args.ledger), frame)
         ledger.write(frame, args.ledger)
+    try:
+        for source, *filters in args.borrow:
+            frame = pd.concat([frame, ledger.borrow(frame, Path(source), filters, relabel=False)], ignore_index=True)
+    except ValueError as error:
+        raise SystemExit(f"{parser.prog}: {error}") from None
     if frame.empty:
         raise SystemExit(f"experiment {args.experiment!r} has no runs (the commands are in its preset, "
                          "conf/experiment/)")

@@ -69,7 +69,7 @@ def write(frame: pd.DataFrame, path: Path) -> None:
         path, index=False, na_rep="")  # floats as repr: they read back exactly
 
 
-def borrow(host: pd.DataFrame, path: Path, filters: list[str]) -> pd.DataFrame:
+def borrow(host: pd.DataFrame, path: Path, filters: list[str], relabel: bool = True) -> pd.DataFrame:
     """The finished runs of another experiment's ledger ``path`` that match every ``KEY=VALUE`` filter, labelled
     as runs of ``host``'s experiment, with their origin in a ``borrowed_from`` column.
 
@@ -78,7 +78,8 @@ def borrow(host: pd.DataFrame, path: Path, filters: list[str]) -> pd.DataFrame:
     same. Only the experiment's name and preset are relabelled; every parameter that still differs from the
     host's runs of the same row shows in the report as a variant, as it would for the host's own runs.
     ``row=NAME`` matches the row option by its last part (``rcl4fedrec/cl4fedrec`` → ``cl4fedrec``); any other
-    key is a parameter, matched as text or, where both sides are numbers, by value."""
+    key is a parameter, matched as text or, where both sides are numbers, by value. ``relabel=False`` keeps the
+    runs' own experiment and preset (a figure that groups runs by method and setting, not by preset)."""
     if not path.exists():
         raise ValueError(f"--borrow: no ledger at {path}")
     runs = read(path)
@@ -94,11 +95,13 @@ def borrow(host: pd.DataFrame, path: Path, filters: list[str]) -> pd.DataFrame:
         runs = runs[cells.map(lambda cell: _same_value(cell, value))]
     if runs.empty:
         raise ValueError(f"--borrow: no finished run of {path} matches {' '.join(filters) or 'every run'}")
+    runs = runs[~runs["run_id"].isin(host["run_id"])].copy() if "run_id" in host else runs.copy()
+    if not relabel:
+        return runs.assign(borrowed_from=str(path))
     presets = host["param:choices.experiment"].dropna().unique() if "param:choices.experiment" in host else []
     if len(presets) > 1:
         raise ValueError("--borrow: the experiment's own runs come from several presets "
                          f"({', '.join(map(str, presets))}); borrowed runs would join none of them")
-    runs = runs[~runs["run_id"].isin(host["run_id"])].copy()
     for column in NAMING_PARAMS:
         known = host[column].dropna().unique() if column in host else []
         runs[column] = known[0] if len(known) else float("nan")
