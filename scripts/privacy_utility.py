@@ -10,7 +10,8 @@ papers' ε = 2δ/λ per coordinate, which the panel's axis says; one of their up
 
     python scripts/privacy_utility.py [--ledger docs/results/privacy-utility/privacy-utility-runs.csv]
 
-(the graph family's runs, on Yelp: add ``--experiment privacy-utility-graph``; the ledger holds both).
+(the graph family's runs, on Yelp: add ``--experiment privacy-utility-graph`` and ``--borrow`` Table 4's ledger for
+its λ .1 runs, as docs/results/privacy-utility.md says; the ledger holds both experiments).
 """
 
 from __future__ import annotations

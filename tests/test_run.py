@@ -576,6 +576,18 @@ def test_without_the_progress_bar_each_epoch_logs_one_line(caplog):
     assert not [r for r in caplog.records if r.getMessage().startswith("epoch ")]  # the bar shows it instead
 
 
+def test_the_run_loop_checks_every_run_for_a_risen_loss(monkeypatch):
+    """The check is wired into every run: with the threshold at 1× (any last epoch at or above the lowest), an
+    ordinary run is tagged."""
+    from fedrun.simulator.loop import _Pace
+
+    monkeypatch.setattr(_Pace, "RISE", 1.0)
+    run(["track=mlflow", "track.experiment=rise", "sim.epochs=2"])
+    client = MlflowClient()
+    (record,) = client.search_runs([client.get_experiment_by_name("rise").experiment_id])
+    assert "fedrun.loss_rose" in record.data.tags
+
+
 def test_a_training_loss_that_rose_tenfold_is_said_and_tagged(caplog):
     """FedGNN without its LDP clip at the lr chosen under it: the loss went from .69 to 4,657, still finite, and
     the run reported the best validated model of epoch 2 as if training had gone well. Such a run now says so."""

@@ -49,9 +49,12 @@ def krum_scores(values: torch.Tensor, f: int, variant: str) -> torch.Tensor:
     distance = squared_distances(values)  # [g, c, c]
     n = min(max(c - f - 2, 1), c - 1)  # neighbours scored
     dropped = c - 1 - n  # the farthest others, not scored (f + 1 for a row of c ≥ f + 3)
-    if dropped < n:  # few to drop (small f): zero them and the upload itself, sum the rest — a top-k of f + 1
-        distance.diagonal(dim1=1, dim2=2).zero_()  # instead of a top-k of c − f − 2, which is nearly a sort;
-        if dropped:  # masked, not subtracted: an attacker's huge distances would swamp the sum in float32
+    if dropped < n:
+        # few to drop (small f): zero the upload itself and its `dropped` farthest, then sum the rest — a top-k of
+        # f + 1 instead of one of c − f − 2, which is nearly a sort. Zeroed, not subtracted from the full sum: an
+        # attacker's huge distances would swamp an honest upload's score in float32.
+        distance.diagonal(dim1=1, dim2=2).zero_()
+        if dropped:
             distance.scatter_(2, distance.topk(dropped, dim=2).indices, 0.0)
         return distance.sum(2)
     distance.diagonal(dim1=1, dim2=2).fill_(float("inf"))

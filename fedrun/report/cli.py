@@ -197,6 +197,13 @@ def render(frame: pd.DataFrame, title: str, metrics: list[str], out: Path) -> tu
     return text, files
 
 
+def add_borrow_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--borrow", nargs="+", action="append", default=[], metavar=("LEDGER", "KEY=VALUE"),
+                        help="count with this experiment's runs the finished runs of another experiment's ledger "
+                             "that match every KEY=VALUE (a row two presets share, e.g. `--borrow runs.csv "
+                             "row=cl4fedrec method.lambda_item=0.0`); repeatable; never written to --ledger")
+
+
 def script_runs(description: str, experiment: str, out: Path, argv: list[str] | None) -> tuple[pd.DataFrame, Path]:
     """The command line of a figure script (``--experiment``, ``--uri``, ``--ledger``, ``--out``): the runs of
     the experiment, merged with the ledger's (which is rewritten with them all), and the output folder."""
@@ -205,9 +212,7 @@ def script_runs(description: str, experiment: str, out: Path, argv: list[str] | 
     parser.add_argument("--uri", default=None, help="tracking URI (default: $MLFLOW_TRACKING_URI or outputs/mlflow.db)")
     parser.add_argument("--ledger", type=Path, default=None, help="CSV of earlier runs, merged and rewritten")
     parser.add_argument("--out", type=Path, default=out)
-    parser.add_argument("--borrow", nargs="+", action="append", default=[], metavar=("LEDGER", "KEY=VALUE"),
-                        help="also the finished runs of another ledger that match every KEY=VALUE (repeatable; "
-                             "never written to --ledger)")
+    add_borrow_argument(parser)
     args = parser.parse_args(argv)
     client = open_client(args.uri or default_uri())
     found = client.get_experiment_by_name(args.experiment)
@@ -216,8 +221,7 @@ def script_runs(description: str, experiment: str, out: Path, argv: list[str] | 
         frame = ledger.merge(ledger.read(args.ledger), frame)
         ledger.write(frame, args.ledger)
     try:
-        for source, *filters in args.borrow:
-            frame = pd.concat([frame, ledger.borrow(frame, Path(source), filters, relabel=False)], ignore_index=True)
+        frame = ledger.with_borrowed(frame, args.borrow, relabel=False)  # a figure groups by setting, not preset
     except ValueError as error:
         raise SystemExit(f"{parser.prog}: {error}") from None
     if frame.empty:
@@ -260,10 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="outputs/reports", help="folder for the CSV and Markdown files")
     parser.add_argument("--ledger", type=Path, default=None,
                         help="CSV file of earlier runs: merged with the store's runs, then rewritten with all of them")
-    parser.add_argument("--borrow", nargs="+", action="append", default=[], metavar=("LEDGER", "KEY=VALUE"),
-                        help="tabulate with this experiment's runs the finished runs of another experiment's ledger "
-                             "that match every KEY=VALUE (a row two presets share, e.g. `--borrow runs.csv "
-                             "row=cl4fedrec method.lambda_item=0.0`); repeatable; never written to --ledger")
+    add_borrow_argument(parser)
     args = parser.parse_args(argv)
 
     client = open_client(args.uri or default_uri())
@@ -284,8 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.ledger:
         ledger.write(frame, args.ledger)
     try:
-        for source, *filters in args.borrow:
-            frame = pd.concat([frame, ledger.borrow(frame, Path(source), filters)], ignore_index=True)
+        frame = ledger.with_borrowed(frame, args.borrow)
     except ValueError as error:
         print(f"fedrun-report: {error}", file=sys.stderr)
         return 2

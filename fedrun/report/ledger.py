@@ -108,6 +108,13 @@ def borrow(host: pd.DataFrame, path: Path, filters: list[str], relabel: bool = T
     return runs.assign(borrowed_from=str(path))
 
 
+def with_borrowed(frame: pd.DataFrame, specs: list[list[str]], relabel: bool = True) -> pd.DataFrame:
+    """``frame`` plus the runs each ``[ledger, KEY=VALUE, …]`` of ``specs`` lends (:func:`borrow`)."""
+    for source, *filters in specs:
+        frame = pd.concat([frame, borrow(frame, Path(source), filters, relabel)], ignore_index=True)
+    return frame
+
+
 def _same_value(cell, value: str) -> bool:
     if str(cell) == value:
         return True
