@@ -1,10 +1,17 @@
 """A paper's figures from the runs of ``fedrun -m +experiment=<paper>/<figN>`` (FedCL Figures 3–9,
-LightFR Figures 4–6): test HR@10 and NDCG@10 against the swept setting (the preset's ``figure.x``),
-one line (or bar group) per backbone, mean ± std over seeds, one panel per dataset and metric.
-Where the preset names a ``figure.reference`` (the paper's setting), every other value is compared
-with it paired over the seeds both ran: mean difference and a paired t-test (``<figN>-paired.csv``).
+LightFR Figures 4–6, rCL4FedRec Fig. 5, PerFedRec++ Figures 5–6): the preset's metrics (``paper.metrics``;
+else test HR@10 and NDCG@10) against the swept setting (the preset's ``figure.x``), one line (or bar group)
+per backbone, mean ± std over seeds, one panel per dataset and metric. Where the preset names a
+``figure.reference`` (the paper's setting), every other value is compared with it paired over the seeds both
+ran: mean difference and a paired t-test (``<figN>-paired.csv``).
 
     python scripts/paper_figures.py fedcl/fig5 [lightfr/fig4 ...] [--out docs/reproductions/<paper>]
+
+One figure can read another experiment than ``<paper>-<figN>`` and count runs another preset recorded at one
+of its points (``--borrow``), e.g. rCL4FedRec's Fig. 5 at λ2 = 0, whose |U_syn| = 60 is Table 2's run:
+
+    python scripts/paper_figures.py rcl4fedrec/fig5 --experiment rcl4fedrec-fig5-item0 \
+        --borrow docs/reproductions/rcl4fedrec/rcl4fedrec-dev-runs.csv row=rcl4fedrec method.lambda_item=0
 """
 
 from __future__ import annotations
@@ -22,15 +29,16 @@ from omegaconf import OmegaConf  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from fedrun.core.paths import config_dir  # noqa: E402
-from fedrun.report.cli import collect  # noqa: E402
+from fedrun.report import ledger  # noqa: E402
+from fedrun.report.cli import add_borrow_argument, collect  # noqa: E402
 from fedrun.track.mlflow import default_uri  # noqa: E402
 
 METRICS = ("test_hr_at_10", "test_ndcg_at_10")
 
 
-def figure_settings(preset_name: str) -> tuple[str, str | None]:
-    """The preset's ``figure.x`` and ``figure.reference`` (None when it names none); ``preset_name``
-    is ``<paper>/<figN>`` under conf/experiment."""
+def figure_settings(preset_name: str) -> tuple[str, str | None, tuple[str, ...]]:
+    """The preset's ``figure.x``, ``figure.reference`` (None when it names none) and ``paper.metrics``
+    (default :data:`METRICS`); ``preset_name`` is ``<paper>/<figN>`` under conf/experiment."""
     path = Path(config_dir()) / "experiment" / f"{preset_name}.yaml"
     if not path.is_file():
         raise SystemExit(f"no figure preset {preset_name!r}: expected {path} (e.g. fedcl/fig5, lightfr/fig4)")
@@ -38,7 +46,8 @@ def figure_settings(preset_name: str) -> tuple[str, str | None]:
     if "figure" not in preset:
         raise SystemExit(f"{preset_name!r} is not a figure preset: it has no 'figure.x' (the swept setting)")
     reference = preset.figure.get("reference")
-    return str(preset.figure.x), None if reference is None else str(reference)
+    metrics = tuple(preset.paper.metrics) if "paper" in preset and "metrics" in preset.paper else METRICS
+    return str(preset.figure.x), None if reference is None else str(reference), metrics
 
 
 def finished(frame: pd.DataFrame, x: str) -> pd.DataFrame:
@@ -52,10 +61,10 @@ def finished(frame: pd.DataFrame, x: str) -> pd.DataFrame:
     return done
 
 
-def curves(frame: pd.DataFrame, x: str) -> pd.DataFrame:
+def curves(frame: pd.DataFrame, x: str, metrics: tuple[str, ...] = METRICS) -> pd.DataFrame:
     """Finished runs → one row per (dataset, backbone, x): mean, std and count of each metric over seeds."""
     done = finished(frame, x)
-    grouped = done.groupby(["dataset", "backbone", "x"])[[f"metric:{m}" for m in METRICS]]
+    grouped = done.groupby(["dataset", "backbone", "x"])[[f"metric:{m}" for m in metrics]]
     out = grouped.agg(["mean", "std", "count"])
     out.columns = [f"{m.split(':')[1]}_{s}" for m, s in out.columns]
     out = out.reset_index()
@@ -71,7 +80,7 @@ def same_value(values: pd.Series, reference: str) -> pd.Series:
     return as_number == ref_number if not pd.isna(ref_number) and as_number.notna().all() else values == reference
 
 
-def paired(frame: pd.DataFrame, x: str, reference: str) -> pd.DataFrame:
+def paired(frame: pd.DataFrame, x: str, reference: str, metrics: tuple[str, ...] = METRICS) -> pd.DataFrame:
     """Each value of ``x`` against ``reference`` per (dataset, backbone), over the seeds both ran:
     mean paired difference of each metric and the paired t-test's two-sided p (two seeds or more)."""
     done = finished(frame, x)
@@ -83,7 +92,7 @@ def paired(frame: pd.DataFrame, x: str, reference: str) -> pd.DataFrame:
             other = other.drop_duplicates("seed", keep="last").set_index("seed")
             seeds = sorted(set(base.index) & set(other.index))
             row = {"dataset": dataset, "backbone": backbone, "x": value, "vs": reference, "seeds": len(seeds)}
-            for metric in METRICS:
+            for metric in metrics:
                 diff = other.loc[seeds, f"metric:{metric}"] - base.loc[seeds, f"metric:{metric}"]
                 row[f"{metric}_diff"] = diff.mean() if seeds else float("nan")
                 row[f"{metric}_p"] = (stats.ttest_rel(other.loc[seeds, f"metric:{metric}"],
@@ -97,14 +106,14 @@ def numeric(values: pd.Series) -> bool:
     return pd.to_numeric(values, errors="coerce").notna().all()
 
 
-def plot(table: pd.DataFrame, x: str, title: str, path: Path) -> None:
+def plot(table: pd.DataFrame, x: str, title: str, path: Path, metrics: tuple[str, ...] = METRICS) -> None:
     datasets = sorted(table["dataset"].unique())
-    fig, axes = plt.subplots(len(METRICS), len(datasets), figsize=(5 * len(datasets), 3.6 * len(METRICS)),
+    fig, axes = plt.subplots(len(metrics), len(datasets), figsize=(5 * len(datasets), 3.6 * len(metrics)),
                              squeeze=False)
     for col, dataset in enumerate(datasets):
         part = table[table["dataset"] == dataset]
         backbones = sorted(part["backbone"].unique())
-        for row, metric in enumerate(METRICS):
+        for row, metric in enumerate(metrics):
             ax = axes[row][col]
             if numeric(part["x"]):
                 for backbone in backbones:
@@ -135,24 +144,32 @@ def main() -> None:
     parser.add_argument("figures", nargs="+", help="<paper>/<figN> presets: fedcl/fig3 … fig9, lightfr/fig4 … fig6")
     parser.add_argument("--uri", default=None)
     parser.add_argument("--out", default=None, help="default: docs/reproductions/<paper>")
+    parser.add_argument("--experiment", default=None, help="one figure only; default: <paper>-<figN>")
+    add_borrow_argument(parser)
     args = parser.parse_args()
+    if args.experiment and len(args.figures) > 1:
+        parser.error(f"--experiment {args.experiment} names one figure's runs; {len(args.figures)} figures given")
     client = MlflowClient(args.uri or default_uri())
     for preset_name in args.figures:
-        x, reference = figure_settings(preset_name)
+        x, reference, metrics = figure_settings(preset_name)
         paper, figure = preset_name.split("/", 1)
-        experiment = client.get_experiment_by_name(f"{paper}-{figure}")
+        name = args.experiment or f"{paper}-{figure}"
+        experiment = client.get_experiment_by_name(name)
         if experiment is None:
-            raise SystemExit(f"no experiment named '{paper}-{figure}': run fedrun -m +experiment={preset_name} first")
+            raise SystemExit(f"no experiment named '{name}': run fedrun -m +experiment={preset_name} first")
         out = Path(args.out or f"docs/reproductions/{paper}")
         out.mkdir(parents=True, exist_ok=True)
-        runs = collect(client, experiment.experiment_id)
-        table = curves(runs, x)
+        try:  # a figure groups by its swept setting, so borrowed runs keep their own preset's labels
+            runs = ledger.with_borrowed(collect(client, experiment.experiment_id), args.borrow, relabel=False)
+        except ValueError as error:
+            parser.error(str(error))
+        table = curves(runs, x, metrics)
         table.to_csv(out / f"{figure}.csv", index=False)
-        plot(table, x, f"{paper} {figure}: test metrics vs {x}", out / f"{figure}.png")
+        plot(table, x, f"{paper} {figure}: test metrics vs {x}", out / f"{figure}.png", metrics)
         print(table.to_string(index=False))
         written = [out / f"{figure}.csv", out / f"{figure}.png"]
         if reference is not None:
-            comparison = paired(runs, x, reference)
+            comparison = paired(runs, x, reference, metrics)
             comparison.to_csv(out / f"{figure}-paired.csv", index=False, float_format="%.4g")
             print(f"\npaired over seeds against {x} = {reference}:\n{comparison.to_string(index=False)}")
             written.append(out / f"{figure}-paired.csv")

@@ -56,8 +56,10 @@ def test_figure_script_names_a_missing_preset():
         figures.figure_settings("lightfr/fig99")
     with pytest.raises(SystemExit, match="not a figure preset"):
         figures.figure_settings("lightfr/table5")
-    assert figures.figure_settings("lightfr/fig6") == ("sim.clients_per_round", None)
-    assert figures.figure_settings("fedcl/fig6") == ("privacy.epsilon", "4.0")
+    assert figures.figure_settings("lightfr/fig6") == ("sim.clients_per_round", None, figures.METRICS)
+    assert figures.figure_settings("fedcl/fig6") == ("privacy.epsilon", "4.0", figures.METRICS)
+    assert figures.figure_settings("rcl4fedrec/fig5") == ("method.synthetic_users", "60",
+                                                          ("test_recall_at_20", "test_ndcg_at_20"))
 
 
 def test_paired_comparison_against_the_papers_setting():
