@@ -246,6 +246,7 @@ def test_execution_settings_are_not_row_variants():
         "param:sim.threads": ["1", "2", "1", "1"], "param:sim.checkpoint_dir": ["a", "b", "c", "d"],
         "param:sim.epochs": ["20", "20", "20", "200"],
         "param:choices.hydra/launcher": ["joblib", "basic", "joblib", "basic"],  # a sweep's jobs, a single rerun
+        "param:figure.x": ["method.synthetic_users"] * 3 + ["None"],  # a figure's point borrowed from a table's run
     })
     assert group_columns(frame) == ["param:choices.method", "param:choices.backbone",
                                     "param:choices.dataset", "param:sim.epochs"]

@@ -35,6 +35,7 @@ SEED_PARAMS = {"sim.seed", "sim.progress", "sim.device", "device", "dataset.spli
                # per-run measurements logged as params: the first CL4FedRec runs' synthetic-item share, FedMF's
                # measured Paillier time per value
                "run.synthetic_popularity_share", "run.paillier_ms_per_value"}
+PRESENTATION_PARAMS = ("figure.",)  # how a preset draws its figure (x axis, reference), not what a run computes
 REPLICATE_PARAMS = ("sim.seed", "dataset.split.seed", "dataset.split.fold")  # what makes two runs replicates
 SEEDLESS_SPLITS = ("loo", "temporal_ratio")  # protocols whose split the data-split seed does not draw
 DEFAULT_METRICS = ["test_hr_at_10", "test_ndcg_at_10", "test_recall_at_20", "test_ndcg_at_20", "test_mae", "test_rmse"]
@@ -61,8 +62,9 @@ def as_text(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def group_columns(frame: pd.DataFrame) -> list[str]:
-    """The chosen options, plus every other parameter that varies — except seeds, and except
-    parameters the chosen options already determine (an option's own defaults)."""
+    """The chosen options, plus every other parameter that varies — except seeds, how a preset draws its
+    figure (a figure's point borrowed from a table's run is the same run), and parameters the chosen options
+    already determine (an option's own defaults)."""
     text = as_text(frame)
     choices = [c for c in frame.columns if c.startswith("param:choices.") and not c.startswith("param:choices.hydra/")
                and text[c].nunique() > 1]  # Hydra's own choices (the launcher) are how a run executes
@@ -70,7 +72,8 @@ def group_columns(frame: pd.DataFrame) -> list[str]:
     keys = list(dict.fromkeys(fixed + choices))
     varying = [c for c in frame.columns if c.startswith("param:") and c not in keys
                and not c.startswith("param:choices.hydra/")
-               and c[len("param:"):] not in SEED_PARAMS and text[c].nunique() > 1
+               and c[len("param:"):] not in SEED_PARAMS and not c[len("param:"):].startswith(PRESENTATION_PARAMS)
+               and text[c].nunique() > 1
                and (text.groupby(keys)[c].nunique() > 1).any()]
     return keys + varying
 
