@@ -142,6 +142,19 @@ def test_report_groups_by_options_and_swept_values_only():
                                     "param:method.optimizer.lr"]
 
 
+def test_report_rows_sort_numbers_by_value():
+    import pandas as pd
+
+    from fedrun.report.cli import summarize
+
+    frame = pd.DataFrame({
+        "status": ["FINISHED"] * 4, "param:choices.method": ["rcl4fedrec"] * 4,
+        "param:method.synthetic_users": ["120", "10", "30", "nan"], "metric:test_recall_at_20": [.1, .2, .3, .4],
+    })
+    _, rows = summarize(frame, ["test_recall_at_20"])
+    assert [row[1] for row in rows] == ["10", "30", "120", "nan"]  # not "10", "120", "30"
+
+
 def test_a_param_added_after_a_run_does_not_split_its_row():
     """Runs recorded before a config key existed lack its param; with its null default they ran the same."""
     import pandas as pd
