@@ -99,8 +99,8 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / f"{args.experiment}-curves.csv", index=False)
+    shown = PLOTTED if args.metrics == METRICS else args.metrics
     for (dataset, defense), part in table.groupby(["dataset", "defense"]):
-        shown = PLOTTED if args.metrics == METRICS else args.metrics
         plot(part, out / f"{args.experiment}-{dataset}-{defense}.png",
              f"{args.experiment}: {dataset}, defense={defense}", shown)
     text = final_table(table, args.metrics)
