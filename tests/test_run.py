@@ -155,6 +155,24 @@ def test_report_rows_sort_numbers_by_value():
     assert [row[1] for row in rows] == ["10", "30", "120", "nan"]  # not "10", "120", "30"
 
 
+def test_the_paper_tables_sort_row_variants_by_the_numbers_in_them():
+    import pandas as pd
+
+    from fedrun.report.paper import beside_paper, claim_tests
+
+    frame = pd.DataFrame({
+        "param:choices.dataset": ["ml-1m"] * 4, "param:choices.backbone": ["ncf"] * 4,
+        "param:choices.row": ["rcl4fedrec/rcl4fedrec"] * 3 + ["rcl4fedrec/cl4fedrec"], "param:sim.seed": ["1"] * 4,
+        "param:method.synthetic_users": ["120", "10", "30", "60"], "metric:test_recall_at_20": [.1, .2, .3, .4],
+    })
+    paper = {"metrics": ["test_recall_at_20"], "best_row": "cl4fedrec"}
+    variants = [f"rcl4fedrec (method.synthetic_users={n})" for n in (10, 30, 120)]  # not 10, 120, 30
+    _, rows = beside_paper(frame, paper, ["param:method.synthetic_users"])
+    assert [row[2] for row in rows] == ["cl4fedrec", *variants]
+    _, rows = claim_tests(frame, paper, ["param:method.synthetic_users"])
+    assert [row[2] for row in rows] == variants
+
+
 def test_a_param_added_after_a_run_does_not_split_its_row():
     """Runs recorded before a config key existed lack its param; with its null default they ran the same."""
     import pandas as pd

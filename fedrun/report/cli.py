@@ -21,7 +21,7 @@ from fedrun.errors import ConfigError
 from fedrun.eval.metrics import RATING_METRICS
 from fedrun.report import ledger, matrix
 from fedrun.report.paper import ALPHA, beside_paper, claim_tests, order_claims, preset_paper
-from fedrun.report.table import markdown
+from fedrun.report.table import markdown, natural_key
 from fedrun.track.mlflow import default_uri, experiment_id, open_client
 
 if TYPE_CHECKING:
@@ -97,24 +97,13 @@ def drop_reruns(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return frame.drop(superseded.index), superseded
 
 
-def natural_order(values) -> tuple:
-    """A sort key for a row's values: numbers by value (10 < 30 < 120, not "10" < "120" < "30"), before text."""
-    def one(value) -> tuple:
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            return (1, 0.0, str(value))
-        return (0, number, "") if number == number else (1, 0.0, str(value))  # NaN (a param not logged): text
-    return tuple(one(v) for v in (values if isinstance(values, tuple) else (values,)))
-
-
 def summarize(frame: pd.DataFrame, metrics: list[str]) -> tuple[list[str], list[list[str]]]:
     done = frame[frame["status"] == "FINISHED"]
     keys = group_columns(done) if len(done) else []
     metrics = [m for m in metrics if f"metric:{m}" in done.columns]
     header = [k.split(":", 1)[1].replace("choices.", "") for k in keys] + ["runs"] + metrics
     rows = []
-    groups = sorted(done.groupby(keys, dropna=False, sort=False), key=lambda item: natural_order(item[0])) \
+    groups = sorted(done.groupby(keys, dropna=False, sort=False), key=lambda item: natural_key(item[0])) \
         if keys else [((), done)]
     for values, group in groups:
         values = values if isinstance(values, tuple) else (values,)

@@ -20,6 +20,8 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import OmegaConf
 
+from fedrun.report.table import natural_key
+
 
 def preset_paper(preset: str, conf_dir: Path) -> dict | None:
     path = conf_dir / "experiment" / f"{preset}.yaml"
@@ -58,7 +60,8 @@ def beside_paper(done: pd.DataFrame, paper: dict, varying: list[str] = ()) -> tu
     if any(k not in done.columns for k in ROW_KEYS):
         return header, rows
     frame = with_variants(done, list(varying))
-    for (dataset, backbone, variant), group in frame.groupby(ROW_KEYS[:2] + ["variant"], dropna=False):
+    groups = sorted(frame.groupby(ROW_KEYS[:2] + ["variant"], dropna=False), key=lambda item: natural_key(item[0]))
+    for (dataset, backbone, variant), group in groups:
         row = group["row"].iloc[0]
         published = paper.get(dataset, {}).get(str(backbone).split("/")[-1], {}).get(row)
         cells = [dataset, backbone, variant, str(len(group))]
@@ -83,10 +86,10 @@ def claim_tests(done: pd.DataFrame, paper: dict, varying: list[str] = ()) -> tup
     rows = []
     for (dataset, backbone), group in frame.groupby(ROW_KEYS[:2]):
         others = group[group["row"] != best]
-        best_variants = sorted(set(group.loc[group["row"] == best, "variant"]))
+        best_variants = sorted(set(group.loc[group["row"] == best, "variant"]), key=natural_key)
         for best_variant in best_variants:  # none when the best row did not run here
             ours = group[group["variant"] == best_variant].set_index("param:sim.seed")
-            for variant in sorted(set(others["variant"])):
+            for variant in sorted(set(others["variant"]), key=natural_key):
                 theirs = others[others["variant"] == variant].set_index("param:sim.seed")
                 label = f"{variant} vs {best_variant}" if len(best_variants) > 1 else variant
                 rows.append([dataset, backbone, label] + _paired(ours, theirs, metrics))
@@ -111,8 +114,8 @@ def order_claims(done: pd.DataFrame, paper: dict, varying: list[str] = ()) -> tu
     rows = []
     for (dataset, backbone), group in frame.groupby(ROW_KEYS[:2]):
         for low, high in claims:
-            for low_variant in sorted(set(group.loc[group["row"] == low, "variant"])):
-                for high_variant in sorted(set(group.loc[group["row"] == high, "variant"])):
+            for low_variant in sorted(set(group.loc[group["row"] == low, "variant"]), key=natural_key):
+                for high_variant in sorted(set(group.loc[group["row"] == high, "variant"]), key=natural_key):
                     a = group[group["variant"] == low_variant].set_index("param:sim.seed")[f"metric:{metric}"]
                     b = group[group["variant"] == high_variant].set_index("param:sim.seed")[f"metric:{metric}"]
                     seeds = a.index.intersection(b.index)

@@ -2,6 +2,18 @@
 
 from __future__ import annotations
 
+import re
+
+_NUMBER = re.compile(r"(\d+(?:\.\d+)?(?:e-?\d+)?)")
+
+
+def natural_key(values) -> tuple:
+    """A sort key that orders the numbers inside a cell by value: "10" < "30" < "120", and
+    "rcl4fedrec (method.synthetic_users=30)" before "…=120"; ``values`` is a cell or a tuple of cells."""
+    cells = values if isinstance(values, tuple) else (values,)
+    return tuple(tuple((0, float(part), "") if k % 2 else (1, 0.0, part)
+                       for k, part in enumerate(_NUMBER.split(str(cell)))) for cell in cells)
+
 
 def markdown(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
