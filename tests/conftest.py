@@ -7,6 +7,7 @@ from pathlib import Path
 from weakref import WeakKeyDictionary
 
 import pytest
+import torch
 
 from fedrun.build import build
 from fedrun.cli import compose
@@ -18,8 +19,6 @@ from fedrun.simulator.trainer import trainer_for
 _ROUNDS: WeakKeyDictionary = WeakKeyDictionary()
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs one worker per core: each takes its share of them
-    import torch
-
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 
 DATA_DIR = Path(os.environ.get("FEDRUN_DATA_DIR", Path(__file__).resolve().parents[1].parent / "shared" / "datasets"))
@@ -33,6 +32,7 @@ def _isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("FEDRUN_DATA_DIR", str(DATA_DIR))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)  # a test's unseeded draws are the same whichever tests ran before it, on any device
 
 
 def compose_cfg(overrides: list[str]):

@@ -83,13 +83,19 @@ class Central(Method):
         seed = derive_seed(env.sim.seed, "central-negatives", round_index)
         if self.contrast is not None:
             self.contrast.start_epoch(round_index, env.device)
-        total, batches = 0.0, 0
-        for rows in torch.split(order, self.config.batch_size):
+        # The epoch's negatives in one draw: each is keyed by its training pair, so they equal per-batch draws,
+        # and the batches below run without the host waiting on the device (no rejection round trips).
+        epoch_negatives = (sample_negatives(self.pair_user[order], self.num_negatives, env.n_items,
+                                            self._positive_keys, seed, draw_ids=order)  # [P, n]
+                           if self.num_negatives else None)
+        batch_negatives = (torch.split(epoch_negatives, self.config.batch_size) if epoch_negatives is not None
+                           else [None] * -(-n_pairs // self.config.batch_size))
+        total = torch.zeros((), dtype=torch.float64, device=env.device)  # summed on the device: no sync per batch
+        batches = 0
+        for rows, negatives in zip(torch.split(order, self.config.batch_size), batch_negatives):
             users, items = self.pair_user[rows], self.pair_item[rows]
             candidates = items.unsqueeze(1)  # [N, 1]
-            if self.num_negatives:
-                negatives = sample_negatives(users, self.num_negatives, env.n_items, self._positive_keys, seed,
-                                             draw_ids=rows)  # keyed by the training pair
+            if negatives is not None:
                 candidates = torch.cat([candidates, negatives], 1)  # [N, 1 + n]
             user_rows, vectors = self.user_rows(users), self.item[candidates]  # [N, du], [N, 1 + n, di]
             raw = user_rows, vectors  # the parameters the examples use (L2 acts on them)
@@ -110,8 +116,8 @@ class Central(Method):
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()
-            total, batches = total + float(loss.detach()), batches + 1
-        return RoundStats(total / max(batches, 1))
+            total, batches = total + loss.detach().double(), batches + 1
+        return RoundStats(float(total) / max(batches, 1))
 
     def user_rows(self, users: torch.Tensor) -> torch.Tensor:
         """[N] → the user vectors the backbone scores with (SVD++ adds the implicit-feedback term)."""
@@ -151,8 +157,8 @@ class Central(Method):
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()
-            total, batches = total + float(loss.detach()), batches + 1
-        return RoundStats(total / max(batches, 1))
+            total, batches = total + loss.detach().double(), batches + 1
+        return RoundStats(float(total) / max(batches, 1))
 
     def state_dict(self) -> dict:
         return {"user": self.user, "item": self.item, "net": self.net, "optimizer": self.optimizer.state_dict()}
