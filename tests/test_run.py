@@ -9,7 +9,7 @@ from mlflow.tracking import MlflowClient
 from fedrun import experiment
 from fedrun.report.cli import main as report_main
 from fedrun.simulator.loop import NumericalError
-from tests.conftest import SMALL, compose_cfg, make_method
+from tests.conftest import SMALL, compose_cfg, make_method, round_of
 
 
 def run(overrides):
@@ -21,6 +21,26 @@ def test_same_config_and_seed_gives_identical_metrics(method):
     first = run([f"method={method}", "sim.seed=3"]).test
     assert run([f"method={method}", "sim.seed=3"]).test == first
     assert run([f"method={method}", "sim.seed=4"]).test != first
+
+
+def test_cpu_runs_are_bit_identical_on_several_threads():
+    """Two threads add a batch's index gradients in thread order unless fedrun turns torch's deterministic
+    algorithms on for CPU runs (``reproducible_on``): without it these tables differ in the 7th digit."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        tables = []
+        for _ in range(2):
+            method, _env = make_method(["method=central", "method.batch_size=4096", "sim.device=cpu"],
+                                       base=["dataset=synthetic", "dataset.n_users=400", "dataset.n_items=300",
+                                             "dataset.mean_length=40", "track=none", "sim.progress=false"])
+            for round_index in range(2):
+                round_of(method).train_round(round_index)
+            tables.append((method.user.detach().clone(), method.item.detach().clone()))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(tables[0][0], tables[1][0]) and torch.equal(tables[0][1], tables[1][1])
+    assert torch.are_deterministic_algorithms_enabled()
 
 
 def test_bucketing_does_not_change_results():

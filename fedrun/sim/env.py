@@ -8,6 +8,7 @@ from typing import Iterator
 import torch
 
 from fedrun.backbone.base import Backbone
+from fedrun.core.seeding import reproducible_on
 from fedrun.data.client_store import ClientStore
 from fedrun.data.splits import Split
 from fedrun.sim.batching import bucketize
@@ -26,6 +27,7 @@ class RunEnv:
     @classmethod
     def create(cls, split: Split, sim: SimConfig, backbone: Backbone) -> "RunEnv":
         device = sim.torch_device()
+        reproducible_on(device)
         return cls(split, ClientStore.from_interactions(split.train, device), device, sim, backbone)
 
     @property
