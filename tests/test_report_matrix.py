@@ -45,12 +45,19 @@ def test_the_matrix_averages_seeds_and_measures_the_drop_against_no_attack(tmp_p
     assert "eb × krum: attack='eb' refused" in text
 
 
-@pytest.mark.parametrize("preset,plain", [(PRESET, "sum"), ("robustness/matrix_mf", "mean")])
-def test_every_cell_of_the_shipped_matrices_is_accepted_before_any_data_is_read(preset, plain, tmp_path, monkeypatch):
+@pytest.mark.parametrize("preset,plain,refused_rows", [
+    (PRESET, "sum", set()), ("robustness/matrix_mf", "mean", set()),
+    ("robustness/matrix_fedcl", "mean", {"robustness/eb", "robustness/ra"}),  # they train like a benign client
+])
+def test_every_cell_of_the_shipped_matrices_is_accepted_before_any_data_is_read(preset, plain, refused_rows,
+                                                                                tmp_path, monkeypatch):
+    """Every cell runs, or is refused by the declared capabilities with the reason its n/a cell shows."""
     monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "no-data-here"))
     axes = matrix.Axes.of(preset, Path(config_dir()))
     assert len(axes.rows) == 7 and axes.columns[0] == plain and "robustness/hics_q99" in axes.columns
-    assert matrix.refusals(preset, axes) == {}
+    refusals = matrix.refusals(preset, axes)
+    assert set(refusals) == {(row, column) for row in refused_rows for column in axes.columns}
+    assert all("needs no client_step for method=fedcl" in reason for reason in refusals.values())
 
 
 def test_a_matrix_reports_the_utility_its_preset_names(tmp_path):
