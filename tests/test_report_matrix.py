@@ -69,3 +69,35 @@ def test_a_matrix_reports_the_utility_its_preset_names(tmp_path):
     assert "## valid_recall_at_20 drop against no attack under sum" in text
     with pytest.raises(ConfigError, match="matrix.utility"):  # a name the runs never logged: said, not an empty map
         matrix.render(runs(), PRESET, Path(config_dir()), tmp_path, utility="valid_recal_at_20")
+
+
+def test_the_peak_exposure_over_each_run_gets_its_own_panel_and_table(tmp_path, monkeypatch):
+    """An attack that exposes its target mid-training and fades shows at its peak, not only at its end."""
+    monkeypatch.setattr(matrix, "refusals", lambda preset, axes: {})
+    frame = runs()
+    frame["metric:test_er_at_5_peak"] = frame["metric:test_er_at_5"].where(frame["metric:test_er_at_5"].isna(), 1.0)
+    text, files = matrix.render(frame, PRESET, Path(config_dir()), tmp_path)
+    table = pd.read_csv(tmp_path / "matrix.csv").set_index(["row", "defense"])
+    assert table.loc[("a_hum", "sum"), "test_er_at_5_peak"] == 1.0
+    assert table.loc[("a_hum", "sum"), "test_er_at_5"] == pytest.approx(0.8)
+    assert "## test_er_at_5, peak over each run's evaluations" in text and "1.000 ± 0.000 (2)" in text
+    without, _ = matrix.render(runs(), PRESET, Path(config_dir()), tmp_path)  # runs that never recorded it
+    assert "peak over" not in without
+
+
+def test_the_report_reads_each_exposure_metric_over_the_whole_run(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from fedrun.report.cli import collect
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'store.db'}")
+    exp_id = client.create_experiment("exposure")
+    run_id = client.create_run(exp_id).info.run_id
+    for step, value in enumerate([0.6, 0.3, 0.0]):  # in at the start, gone by the end
+        client.log_metric(run_id, "test_er_at_5", value, step=step)
+        client.log_metric(run_id, "test_er_at_5_item7", value, step=step)  # per target: not summarised
+    client.log_metric(run_id, "test_recall_at_20", 0.02, step=2)
+    (row,) = collect(client, exp_id).to_dict("records")
+    assert row["metric:test_er_at_5"] == 0.0
+    assert row["metric:test_er_at_5_peak"] == 0.6 and row["metric:test_er_at_5_mean"] == pytest.approx(0.3)
+    assert "metric:test_er_at_5_item7_peak" not in row and "metric:test_recall_at_20_peak" not in row

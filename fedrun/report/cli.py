@@ -10,6 +10,7 @@ runs also come from, and go back to, a CSV file kept with the results (:mod:`fed
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,8 +42,24 @@ SEEDLESS_SPLITS = ("loo", "temporal_ratio")  # protocols whose split the data-sp
 DEFAULT_METRICS = ["test_hr_at_10", "test_ndcg_at_10", "test_recall_at_20", "test_ndcg_at_20", "test_mae", "test_rmse"]
 
 
+EXPOSURE = re.compile(r"test_er_at_\d+")  # a run's exposure of the attack's targets (mean over targets)
+
+
+def exposure_over_run(client, run) -> dict[str, float]:
+    """For each ER@K the run logged, its peak over the run's test evaluations (``_peak``) and their mean
+    (``_mean``): an attack can expose its target in the middle of training and fade by the end, which the
+    final value hides. A run tested only at its end has the final value in both."""
+    out = {}
+    for name in sorted(run.data.metrics):
+        if EXPOSURE.fullmatch(name):
+            values = [m.value for m in client.get_metric_history(run.info.run_id, name)]
+            out[f"metric:{name}_peak"], out[f"metric:{name}_mean"] = max(values), sum(values) / len(values)
+    return out
+
+
 def collect(client, exp_id: str, parent: str | None = None) -> pd.DataFrame:
-    """The experiment's runs (or only the child runs of sweep ``parent``), one row each."""
+    """The experiment's runs (or only the child runs of sweep ``parent``), one row each, with the exposure
+    metrics' peak and mean over the run (``exposure_over_run``)."""
     rows = []
     children = f"tags.mlflow.parentRunId = '{parent}'" if parent else ""
     for run in client.search_runs([exp_id], filter_string=children, max_results=50000):
@@ -51,7 +68,7 @@ def collect(client, exp_id: str, parent: str | None = None) -> pd.DataFrame:
         rows.append({"run_id": run.info.run_id, "status": run.info.status, "start_time": run.info.start_time,
                      "reason": run.data.tags.get("fedrun.failure_reason", ""),
                      **{f"param:{k}": v for k, v in run.data.params.items()},
-                     **{f"metric:{k}": v for k, v in run.data.metrics.items()}})
+                     **{f"metric:{k}": v for k, v in run.data.metrics.items()}, **exposure_over_run(client, run)})
     return pd.DataFrame(rows)
 
 

@@ -1,6 +1,7 @@
 """The robustness matrix of a ``robustness/*`` preset: attacks (its ``row`` sweep) × defenses (its
-``defense`` sweep) → heatmaps (PNG) and tables (Markdown) of the target's exposure and of the utility
-lost against the no-attack run under the server's own rule (the first row and column of the sweep).
+``defense`` sweep) → heatmaps (PNG) and tables (Markdown) of the target's exposure at the end of the run and at
+its peak over the run's evaluations (where the runs recorded it), and of the utility lost against the no-attack
+run under the server's own rule (the first row and column of the sweep).
 
 Cells hold the mean over seeds (± std in the tables, with the number of runs). A combination that the
 declared capabilities refuse (``fedrun.build.check_combination``: binary codes, encrypted or denoised
@@ -143,22 +144,30 @@ def render(done: pd.DataFrame, preset: str, conf_dir: Path, out: Path,
         raise ConfigError("matrix.utility", utility, "a metric the preset's runs logged (e.g. test_recall_at_20)")
     refused = refusals(preset, axes)
     er, quality = cells(done, exposure, axes), cells(done, utility, axes)
+    peak = cells(done, f"{exposure}_peak", axes)  # over each run's evaluations (fedrun.report.cli.exposure_over_run)
     drop = utility_drop(quality, axes)
     png = out / "matrix.png"
-    heatmap(png, [(f"{exposure.removeprefix('test_')} of the target", er, "Reds", (0.0, 1.0), ".2f"),
-                  (f"{utility.removeprefix('test_')} drop vs no attack, {label(axes.columns[0])} (%)", drop,
-                   "RdBu_r", (-60.0, 60.0), ".0f")], refused, axes, f"{preset}: attack × defense")
+    name = exposure.removeprefix("test_")
+    panels = [(f"{name} of the target, end of run", er, "Reds", (0.0, 1.0), ".2f")]
+    panels += [(f"{name}, peak over the run", peak, "Reds", (0.0, 1.0), ".2f")] if peak else []
+    panels += [(f"{utility.removeprefix('test_')} drop vs no attack, {label(axes.columns[0])} (%)", drop,
+                "RdBu_r", (-60.0, 60.0), ".0f")]
+    heatmap(png, panels, refused, axes, f"{preset}: attack × defense")
     csv = out / "matrix.csv"
     pd.DataFrame([{"row": label(r), "defense": label(c), "runs": len(er.get((r, c), [])),
                    exposure: er[r, c].mean() if (r, c) in er else None,
+                   f"{exposure}_peak": peak[r, c].mean() if (r, c) in peak else None,
                    utility: quality[r, c].mean() if (r, c) in quality else None,
                    "utility_drop_pct": drop[r, c].mean() if (r, c) in drop else None,
                    "refused": refused.get((r, c), "")}
                   for r in axes.rows for c in axes.columns]).to_csv(csv, index=False)
-    text = (f"\n## Robustness matrix: {exposure} (mean ± std over seeds, runs)\n\n{table(er, refused, axes, 3)}\n"
-            f"\n## {utility} (mean ± std, runs)\n\n{table(quality, refused, axes, 4)}\n"
-            f"\n## {utility} drop against no attack under {label(axes.columns[0])} (%)\n\n"
-            f"{table(drop, refused, axes, 1)}\n")
+    text = f"\n## Robustness matrix: {exposure} (mean ± std over seeds, runs)\n\n{table(er, refused, axes, 3)}\n"
+    if peak:
+        text += (f"\n## {exposure}, peak over each run's evaluations (mean ± std over seeds, runs)\n\n"
+                 f"{table(peak, refused, axes, 3)}\n")
+    text += (f"\n## {utility} (mean ± std, runs)\n\n{table(quality, refused, axes, 4)}\n"
+             f"\n## {utility} drop against no attack under {label(axes.columns[0])} (%)\n\n"
+             f"{table(drop, refused, axes, 1)}\n")
     if refused:
         text += "\n## Combinations refused before training\n\n" + "\n".join(
             f"- {label(r)} × {label(c)}: {reason}" for (r, c), reason in refused.items()) + "\n"
