@@ -65,6 +65,7 @@ from fedrun.method.base import Method  # noqa: E402
 from fedrun.report.table import markdown  # noqa: E402
 from fedrun.sim.env import RunEnv  # noqa: E402
 from fedrun.simulator.trainer import trainer_for  # noqa: E402
+from fedrun.types import Uploads  # noqa: E402
 from tests.conftest import compose_cfg  # noqa: E402  (the same config composition the tests use)
 from tests.oracle.fedavg_loop import fedavg_round  # noqa: E402
 from tests.test_oracle import clients_of  # noqa: E402
@@ -504,10 +505,30 @@ W9_RULES = [("mean", "defense=mean"), ("median", "defense=median"), ("trimmed_me
             ("multi_krum", "defense=multi_krum")]
 
 
+def sort_select(values: torch.Tensor, ranks: tuple[int, ...]) -> torch.Tensor:
+    """The baseline selection: a full sort of every row's uploads (what median and trimmed mean did before the
+    CPU selection, ``fedrun.defense._rows.order_statistics``)."""
+    return values.sort(dim=1).values
+
+
+def timed_aggregate(rule, uploads: Uploads, device: torch.device, repeats: int = 5) -> float:
+    """Seconds per ``rule.aggregate(uploads)``, the mean of ``repeats`` calls after a warm-up."""
+    rule.aggregate(uploads)
+    sync(device)
+    started = time.perf_counter()
+    for _ in range(repeats):
+        rule.aggregate(uploads)
+    sync(device)
+    return (time.perf_counter() - started) / repeats
+
+
 def bench_w9(args, out: Path) -> str:
     """Each rule aggregating the same round of W0 uploads (256 clients' sparse item rows, general path),
     against the mean's time in the same run (issue #31: ≤ 3× for median / trimmed mean / norm bound,
-    ≤ 10× for Krum and Multi-Krum)."""
+    ≤ 10× for Krum and Multi-Krum); median and trimmed mean also with the full sort they used before the
+    selection, as the baseline."""
+    from fedrun.defense import median, trimmed_mean
+
     data = TINY_DATA if args.tiny else ML1M_8020
     clients = 64 if args.tiny else 256
     base = data + COMMON + MF + [f"sim.clients_per_round={clients}", "sim.fast_path=off", f"sim.device={args.device}"]
@@ -520,19 +541,19 @@ def bench_w9(args, out: Path) -> str:
     uploads = captured["uploads"]
     counts = torch.bincount(uploads.row_item)
     counts = counts[counts > 0]
-    rows, times = [], {}
+    times = {}
     for name, override in W9_RULES:
         rule = build_method(data + COMMON + MF + [override, "sim.clients_per_round=4"])[0].defense
-        rule.aggregate(uploads)  # warm-up
-        sync(env.device)
-        repeats = 5
-        started = time.perf_counter()
-        for _ in range(repeats):
-            rule.aggregate(uploads)
-        sync(env.device)
-        times[name] = (time.perf_counter() - started) / repeats
-    for name, _ in W9_RULES:
-        rows.append([name, f"{times[name] * 1000:.1f}", f"{times[name] / times['mean']:.1f}×"])
+        times[name] = timed_aggregate(rule, uploads, env.device)
+        if name in ("median", "trimmed_mean"):
+            module = median if name == "median" else trimmed_mean
+            selection = module.order_statistics
+            module.order_statistics = sort_select
+            try:
+                times[f"{name} (full sort, before)"] = timed_aggregate(rule, uploads, env.device)
+            finally:
+                module.order_statistics = selection
+    rows = [[name, f"{t * 1000:.1f}", f"{t / times['mean']:.1f}×"] for name, t in times.items()]
     caption = (f"W9 robust aggregation of one W0 round{' [tiny synthetic]' if args.tiny else ''}: {clients} clients, "
                f"{uploads.row_item.numel():,} uploaded rows of width {uploads.row_delta.shape[1]} over "
                f"{counts.numel():,} items (uploaders per row: median {int(counts.median())}, max {int(counts.max())}); "

@@ -10,10 +10,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedrun.defense._rows import RobustConfig
+from fedrun.defense._rows import RobustConfig, order_statistics
 from fedrun.defense.hics import HiCS, HiCSConfig
 from fedrun.defense.krum import Krum, KrumConfig
-from fedrun.defense.median import Median
+from fedrun.defense.median import Median, coordinate_median
 from fedrun.defense.multi_krum import MultiKrum, MultiKrumConfig
 from fedrun.defense.norm_bound import NormBound, NormBoundConfig
 from fedrun.defense.trimmed_mean import TrimmedMean, TrimmedMeanConfig
@@ -99,6 +99,32 @@ def test_rule_equals_a_per_row_reference(name, make, reference, seed, ties):
         np.testing.assert_allclose(aggregate.item_delta[row].numpy(), want[item], rtol=1e-9, atol=1e-9)
     dense = uploads.dense["w"].reshape(uploads.n_clients, -1).numpy()  # every client uploads it
     np.testing.assert_allclose(aggregate.dense["w"].reshape(-1).numpy(), reference(dense), rtol=1e-9, atol=1e-9)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), count=st.integers(1, 40), ties=st.booleans())
+def test_order_statistics_select_like_a_sort_and_median_is_unchanged_bit_for_bit(seed, count, ties):
+    """The CPU selection (np.partition) puts every asked rank where a sort puts it, smaller values before and
+    larger after; the median it gives is the sort's bit for bit (runs recorded before it stay reproducible),
+    and the trimmed mean sums the same middle values."""
+    generator = torch.Generator().manual_seed(seed)
+    values = torch.randn(5, count, 4, generator=generator)  # [g, c, d] float32, as uploads are
+    if ties:
+        values = values.round()
+    ordered = values.sort(dim=1).values
+    low, high = count // 4, count - 1 - count // 4  # equal when one upload
+    selected = order_statistics(values, (low, high))
+    for rank in (low, high):
+        assert torch.equal(selected[:, rank], ordered[:, rank])
+    assert (selected[:, :low] <= selected[:, low: low + 1]).all()
+    assert (selected[:, high + 1:] >= selected[:, high: high + 1]).all()
+    assert torch.equal(selected.sort(dim=1).values, ordered)  # a permutation of each row's uploads
+    c = count
+    by_sort = ordered[:, c // 2] if c % 2 else (ordered[:, c // 2 - 1] + ordered[:, c // 2]) / 2
+    assert torch.equal(coordinate_median(values), by_sort)
+    k = TrimmedMean(TrimmedMeanConfig(beta=0.2)).trimmed(c)
+    torch.testing.assert_close(TrimmedMean(TrimmedMeanConfig(beta=0.2)).reduce(values), ordered[:, k: c - k].mean(1),
+                               rtol=1e-6, atol=1e-6)
 
 
 def test_rows_with_one_or_two_uploaders_follow_the_documented_rule():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from fedrun.defense._rows import RobustConfig, RobustDefense
+from fedrun.defense._rows import RobustConfig, RobustDefense, order_statistics
 
 
 class Median(RobustDefense):
@@ -24,6 +24,6 @@ def coordinate_median(values: torch.Tensor) -> torch.Tensor:
     """values [g, c, d] → the per-coordinate median [g, d] (even c: the mean of the two middle values)."""
     c = values.shape[1]
     if c % 2:
-        return values.median(dim=1).values
-    ordered = values.sort(dim=1).values
-    return (ordered[:, c // 2 - 1] + ordered[:, c // 2]) / 2
+        return order_statistics(values, (c // 2,))[:, c // 2]
+    middle = order_statistics(values, (c // 2 - 1, c // 2))
+    return (middle[:, c // 2 - 1] + middle[:, c // 2]) / 2
