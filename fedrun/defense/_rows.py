@@ -43,7 +43,7 @@ def stack_rows(keys: torch.Tensor, deltas: torch.Tensor) -> tuple[torch.Tensor, 
     count = per_key[distinct]  # [G]
     # one stable sort on (uploader count, key): rows of equal count together, by key, uploads in upload order
     order = torch.argsort(per_key[keys] * per_key.numel() + keys, stable=True)  # [R]
-    ordered = deltas[order]  # [R, d]
+    ordered = deltas.index_select(0, order)  # [R, d]; 4× faster than deltas[order] on the CPU (W9)
     row_order = torch.argsort(count, stable=True)  # [G] the rows in the same order
     sizes, rows_per_size = torch.unique_consecutive(count[row_order], return_counts=True)
     stacks, at, first = [], 0, 0
