@@ -101,3 +101,18 @@ def test_the_report_reads_each_exposure_metric_over_the_whole_run(tmp_path):
     assert row["metric:test_er_at_5"] == 0.0
     assert row["metric:test_er_at_5_peak"] == 0.6 and row["metric:test_er_at_5_mean"] == pytest.approx(0.3)
     assert "metric:test_er_at_5_item7_peak" not in row and "metric:test_recall_at_20_peak" not in row
+
+
+def test_a_run_refused_before_training_does_not_hide_the_matrix(tmp_path, monkeypatch):
+    """A refused cell's run logged no params (its preset reads "None"); the report still knows the preset."""
+    from fedrun.report import cli
+
+    monkeypatch.setattr(matrix, "refusals", lambda preset, axes: {})
+    frame = runs().assign(status="FINISHED", reason="", start_time=1, **{"param:choices.experiment": PRESET})
+    frame["run_id"] = [f"r{i}" for i in range(len(frame))]
+    refused = {"run_id": "refused", "status": "FAILED", "start_time": 2,
+               "reason": "ConfigError: attack='eb' is not allowed"}
+    frame = pd.concat([frame, pd.DataFrame([refused])], ignore_index=True)
+    text, files = cli.render(frame, "matrix", ["test_recall_at_20"], tmp_path)
+    assert "## Robustness matrix: test_er_at_5" in text and tmp_path / "matrix.png" in files
+    assert "attack='eb' is not allowed" in text  # and the refused run is listed with its reason

@@ -197,7 +197,9 @@ def render(frame: pd.DataFrame, title: str, metrics: list[str], out: Path) -> tu
     out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows, columns=header).to_csv(out / "report.csv", index=False)
     files = [out / "report.csv", out / "report.md"]
-    presets = frame["param:choices.experiment"].dropna().unique() if "param:choices.experiment" in frame else []
+    # the preset the runs ran (a run refused before training logged no params: it reads "None", not a preset)
+    presets = ([p for p in frame["param:choices.experiment"].dropna().unique() if p != "None"]
+               if "param:choices.experiment" in frame else [])
     paper = preset_paper(str(presets[0]), Path(config_dir())) if len(presets) == 1 else None
     if paper is not None:
         text += paper_sections(frame[frame["status"] == "FINISHED"], paper, str(presets[0]), out, files)
