@@ -116,3 +116,25 @@ def test_a_run_refused_before_training_does_not_hide_the_matrix(tmp_path, monkey
     text, files = cli.render(frame, "matrix", ["test_recall_at_20"], tmp_path)
     assert "## Robustness matrix: test_er_at_5" in text and tmp_path / "matrix.png" in files
     assert "attack='eb' is not allowed" in text  # and the refused run is listed with its reason
+
+
+def test_one_row_under_two_attacks_is_two_variants_in_the_claims():
+    """rCL4FedRec Fig. 4 runs the same row under A-hum and PSMU: each seed once per attack, not twice per row."""
+    from fedrun.report.cli import variant_columns
+    from fedrun.report.paper import order_claims
+
+    rows = []
+    for seed in (1, 2, 3):
+        for attack, er in (("a_hum", 0.0), ("psmu", 0.5)):
+            rows.append({"param:choices.dataset": "ml-1m", "param:choices.backbone": "ncf",
+                         "param:choices.row": "rcl4fedrec/rcl4fedrec", "param:choices.attack": attack,
+                         "param:sim.seed": seed, "metric:test_er_at_5": er + 0.01 * seed})
+        rows.append({"param:choices.dataset": "ml-1m", "param:choices.backbone": "ncf",
+                     "param:choices.row": "rcl4fedrec/cl4fedrec", "param:choices.attack": "psmu",
+                     "param:sim.seed": seed, "metric:test_er_at_5": 1.0})
+    done = pd.DataFrame(rows)
+    header, claims = order_claims(done, {"claims": ["rcl4fedrec < cl4fedrec"], "metrics": ["test_er_at_5"]},
+                                  variant_columns(done))
+    assert [c[2] for c in claims] == ["rcl4fedrec (choices.attack=a_hum) < cl4fedrec",
+                                      "rcl4fedrec (choices.attack=psmu) < cl4fedrec"]
+    assert all(str(c[3]) == "3" for c in claims)  # three paired seeds each

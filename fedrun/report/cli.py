@@ -21,7 +21,7 @@ from fedrun.core.paths import config_dir
 from fedrun.errors import ConfigError
 from fedrun.eval.metrics import RATING_METRICS
 from fedrun.report import ledger, matrix
-from fedrun.report.paper import ALPHA, beside_paper, claim_tests, order_claims, preset_paper
+from fedrun.report.paper import ALPHA, ROW_KEYS, beside_paper, claim_tests, order_claims, preset_paper
 from fedrun.report.table import markdown, natural_key
 from fedrun.track.mlflow import default_uri, experiment_id, open_client
 
@@ -146,10 +146,16 @@ def floor_mark(group: pd.DataFrame, metric: str, values: pd.Series) -> str:
     return f" (≤ floor {floor:.4f})" if values.mean() <= floor else ""
 
 
+def variant_columns(done: pd.DataFrame) -> list[str]:
+    """What tells runs of one row apart: every grouping parameter but the row keys themselves, group choices
+    included (one row run under two attacks is two variants, not one row with each seed twice)."""
+    return [c for c in group_columns(done) if c not in ROW_KEYS and c != "param:choices.experiment"]
+
+
 def paper_sections(done: pd.DataFrame, paper: dict, preset: str, out: Path, files: list[Path]) -> str:
     """The report's sections on the preset's paper: its numbers beside fedrun's, its "best row"
     claim and its ordering claims tested over seeds. Each table is also written as CSV (added to ``files``)."""
-    varying = [c for c in group_columns(done) if not c.startswith("param:choices.")]
+    varying = variant_columns(done)
     sections = [
         (f"Beside the paper ({preset})", "paper.csv", beside_paper(done, paper, varying)),
         (f"Is {paper.get('best_row')} best? Difference to each other row, paired t-test over seeds", "claims.csv",
