@@ -56,8 +56,8 @@ def stack_rows(keys: torch.Tensor, deltas: torch.Tensor) -> tuple[torch.Tensor, 
 def order_statistics(values: torch.Tensor, ranks: tuple[int, ...]) -> torch.Tensor:
     """values [g, c, d] → the same values reordered along the uploads (dim 1) so that position r holds the r-th
     smallest value for every r in ``ranks``, smaller values before it and larger after (between two ranks:
-    unsorted). A selection, not a sort: on the CPU NumPy's introselect (``np.partition``), 5–8× faster than
-    torch's sort or median of the same stacks (``docs/benchmarks.md``, W9); on other devices, and for dtypes
+    unsorted). A selection, not a sort: on the CPU NumPy's introselect (``np.partition``), 3–5× faster than
+    torch's sort of the same stacks (``docs/benchmarks.md``, W9); on other devices, and for dtypes
     NumPy lacks, a sort, which satisfies the same contract."""
     if values.device.type != "cpu" or values.dtype not in (torch.float32, torch.float64):
         return values.sort(dim=1).values

@@ -203,14 +203,14 @@ def render(frame: pd.DataFrame, title: str, metrics: list[str], out: Path) -> tu
     out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows, columns=header).to_csv(out / "report.csv", index=False)
     files = [out / "report.csv", out / "report.md"]
-    # the preset the runs ran (a run refused before training logged no params: it reads "None", not a preset)
-    presets = ([p for p in frame["param:choices.experiment"].dropna().unique() if p != "None"]
-               if "param:choices.experiment" in frame else [])
+    # the preset the finished runs ran (a run refused before training logged no params, and has none)
+    finished = frame[frame["status"] == "FINISHED"]
+    presets = finished["param:choices.experiment"].dropna().unique() if "param:choices.experiment" in frame else []
     paper = preset_paper(str(presets[0]), Path(config_dir())) if len(presets) == 1 else None
     if paper is not None:
-        text += paper_sections(frame[frame["status"] == "FINISHED"], paper, str(presets[0]), out, files)
+        text += paper_sections(finished, paper, str(presets[0]), out, files)
     if len(presets) == 1 and str(presets[0]).startswith("robustness/"):
-        section, made = matrix.render(frame[frame["status"] == "FINISHED"], str(presets[0]), Path(config_dir()), out)
+        section, made = matrix.render(finished, str(presets[0]), Path(config_dir()), out)
         text, files = text + section, files + made
     if len(superseded):
         lines = [f"- {r.run_id}" for r in superseded.itertuples()]
