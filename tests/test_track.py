@@ -83,3 +83,56 @@ def test_an_experiment_name_the_store_cannot_hold_is_refused_before_any_data_is_
     with pytest.raises(ConfigError) as refused:
         plan(compose_cfg([o for o in SMALL if o != "track=none"] + ["track=mlflow", override]))
     assert refused.value.field == field
+
+
+START_AND_DIE = """
+import os, signal, sys
+from fedrun.track.mlflow import Mlflow, MlflowConfig
+tracker = Mlflow(MlflowConfig(uri=sys.argv[1]))
+tracker.start("abandoned", "killed run", {}, {})
+os.kill(os.getpid(), signal.SIGKILL)  # no chance to record its end
+"""
+
+
+def test_a_run_whose_process_was_killed_is_marked_killed_by_the_next_run_with_the_reason(tmp_path, caplog):
+    """SIGKILL (or a machine suspended without its processes) left the run RUNNING for ever; the next run in
+    the experiment on this machine ends it, naming the process and how to resume."""
+    from fedrun.track.mlflow import Mlflow, MlflowConfig
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    died = subprocess.run([sys.executable, "-c", START_AND_DIE, uri], capture_output=True, text=True)
+    assert died.returncode == -9, died.stderr
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("abandoned").experiment_id
+    [killed] = client.search_runs([experiment])
+    assert killed.info.status == "RUNNING"
+    tracker = Mlflow(MlflowConfig(uri=uri))
+    with caplog.at_level("WARNING", logger="fedrun"):
+        tracker.start("abandoned", "next run", {}, {})
+    killed = client.get_run(killed.info.run_id)
+    reason = killed.data.tags["fedrun.failure_reason"]
+    assert killed.info.status == "KILLED"
+    assert f"process {killed.data.tags['fedrun.owner.pid']}" in reason and "no checkpoint" in reason
+    assert "'killed run'" in caplog.text and "marked KILLED" in caplog.text
+    assert client.get_run(tracker.run_id).info.status == "RUNNING"  # the new run itself is left alone
+    tracker.finish("FINISHED")
+
+
+def test_only_runs_whose_process_is_certainly_gone_are_judged():
+    """A live owner, one on another machine or container, or a run without owner tags stays RUNNING; a restarted
+    machine or a pid now held by another process means the owner is gone."""
+    import os
+
+    from fedrun.track.liveness import BOOT, HOST, PID, PID_NS, STARTED, gone_reason, owner_tags
+
+    here = owner_tags()
+    if not here[PID_NS] or not here[STARTED]:
+        pytest.skip("no /proc on this system: owners are never judged")
+    assert gone_reason(here) is None  # this very process
+    assert gone_reason({}) is None  # a run from before owners were recorded
+    assert gone_reason({**here, HOST: here[HOST] + "-elsewhere"}) is None
+    assert gone_reason({**here, PID_NS: "pid:[1]"}) is None  # another container
+    assert "restarted" in gone_reason({**here, BOOT: "another-boot"})
+    assert "another process" in gone_reason({**here, STARTED: str(int(here[STARTED]) + 1)})
+    free_pid = max(int(p) for p in os.listdir("/proc") if p.isdigit()) + 10_000
+    assert "is gone" in gone_reason({**here, PID: str(free_pid)})

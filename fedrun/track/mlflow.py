@@ -23,6 +23,7 @@ from typing import Any
 
 from fedrun.errors import ConfigError, FedrunError, check
 from fedrun.track.base import Tracker
+from fedrun.track.liveness import gone_reason, owner_tags
 
 SWEEP_PARENTS = ".fedrun-parents.json"  # in a sweep's folder: its parent run per experiment
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
@@ -95,8 +96,9 @@ class Mlflow(Tracker):
         with store_call(self.uri, "creating the run", hint="Nothing was trained."):
             self.client = self._client()
             self.experiment_id = experiment_id(self.client, experiment)
+            end_abandoned_runs(self.client, self.experiment_id)
             run = self.client.create_run(self.experiment_id, run_name=run_name,
-                                         tags={"mlflow.runName": run_name, **tags})
+                                         tags={"mlflow.runName": run_name, **tags, **owner_tags()})
             self._run_id = run.info.run_id
             items = [Param(k, str(v)[:6000]) for k, v in params.items()]
             for start in range(0, len(items), MAX_PARAMS):
@@ -143,7 +145,8 @@ class Mlflow(Tracker):
         if run.info.status == "FINISHED":
             return False  # never reopened: its results stay as recorded, the continuation is a new run
         client.update_run(run_id, status="RUNNING")
-        client.set_tag(run_id, "fedrun.resumed", "true")
+        for key, value in {"fedrun.resumed": "true", **owner_tags()}.items():
+            client.set_tag(run_id, key, value)
         self._run_id, self.experiment_id = run_id, run.info.experiment_id
         return True
 
@@ -316,6 +319,27 @@ def end_orphaned_jobs(sweep_dir: str | Path, reason: str) -> int:
                 client.set_tag(run.info.run_id, "fedrun.failure_reason", reason)
                 client.set_terminated(run.info.run_id, status="KILLED")
                 ended += 1
+    return ended
+
+
+def end_abandoned_runs(client, experiment: str) -> list[str]:
+    """Mark KILLED, with the reason, the runs of ``experiment`` still RUNNING whose process on this machine is
+    gone (``fedrun.track.liveness``); the names of the runs so marked, each also logged."""
+    ended = []
+    for run in client.search_runs([experiment], "attributes.status = 'RUNNING'", max_results=1000):
+        gone = gone_reason(run.data.tags)
+        if gone is None:
+            continue
+        has_checkpoint = bool(client.list_artifacts(run.info.run_id, CHECKPOINT_DIR))
+        resume = (f"resume it with sim.resume={run.info.run_id}" if has_checkpoint else
+                  "it logged no checkpoint (sim.checkpoint_every) to resume from")
+        reason = f"abandoned: {gone}; found by the next run in this experiment; {resume}"
+        client.set_tag(run.info.run_id, "fedrun.failure_reason", reason)
+        client.set_terminated(run.info.run_id, status="KILLED")
+        name = run.data.tags.get("mlflow.runName", run.info.run_id)
+        logging.getLogger("fedrun").warning("Run %r (%s) was left RUNNING and is now marked KILLED: %s", name,
+                                            run.info.run_id, reason)
+        ended.append(name)
     return ended
 
 
