@@ -20,6 +20,7 @@ does: one line, the runs left RUNNING marked KILLED with the reason (``guard_lau
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import threading
@@ -28,6 +29,8 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
+
+from fedrun.track.liveness import SWEEP_OWNER, owner_tags
 
 STOP_MARKER = ".fedrun-stop"
 OVERRIDES = ".fedrun-overrides"  # the sweep's command line, for the sweep's own run (``sweep_parent``)
@@ -142,6 +145,7 @@ class StopOnSignal(Callback):
         sweep_dir = config.hydra.sweep.dir
         Path(sweep_dir).mkdir(parents=True, exist_ok=True)
         (Path(sweep_dir) / OVERRIDES).write_text(" ".join(config.hydra.overrides.task))
+        (Path(sweep_dir) / SWEEP_OWNER).write_text(json.dumps(owner_tags()))
         guard_launcher(config.hydra.launcher._target_, sweep_dir)
         if threading.current_thread() is not threading.main_thread():
             return

@@ -136,3 +136,28 @@ def test_only_runs_whose_process_is_certainly_gone_are_judged():
     assert "another process" in gone_reason({**here, STARTED: str(int(here[STARTED]) + 1)})
     free_pid = max(int(p) for p in os.listdir("/proc") if p.isdigit()) + 10_000
     assert "is gone" in gone_reason({**here, PID: str(free_pid)})
+
+
+def test_a_sweep_run_is_owned_by_the_hydra_parent_and_ended_once_that_process_is_gone(tmp_path):
+    """The sweep's own run is created by its first job; its owner is the Hydra parent recorded in the sweep
+    folder, so it is judged by that process (alive: left alone; gone: KILLED), not by the job that created it."""
+    import json
+
+    from fedrun.track.liveness import SWEEP_OWNER, owner_tags
+    from fedrun.track.mlflow import Mlflow, MlflowConfig
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    parents = {}
+    for name, owner_pid in [("alive", None), ("gone", int(finished.stdout))]:
+        sweep_dir = tmp_path / name
+        sweep_dir.mkdir()
+        owner = owner_tags(owner_pid)
+        (sweep_dir / SWEEP_OWNER).write_text(json.dumps(owner))
+        parents[name] = Mlflow(MlflowConfig(uri=uri)).sweep_parent("sweeps", str(sweep_dir), [f"name={name}"])
+    client = MlflowClient(uri)
+    assert client.get_run(parents["gone"]).data.tags["fedrun.owner.pid"] == finished.stdout.strip()
+    Mlflow(MlflowConfig(uri=uri)).start("sweeps", "a job", {}, {})
+    assert client.get_run(parents["alive"]).info.status == "RUNNING"
+    gone = client.get_run(parents["gone"])
+    assert gone.info.status == "KILLED" and "is gone" in gone.data.tags["fedrun.failure_reason"]

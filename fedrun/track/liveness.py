@@ -5,7 +5,8 @@ process that cannot (SIGKILL, the out-of-memory killer, a machine that powers of
 and restored without its processes) leaves its run RUNNING for ever: the MLflow UI shows it in
 flight, and reports leave it out as unfinished. Each run records who owns it (``owner_tags``); the
 next run started in the same experiment on the same machine checks the owners of the runs still
-RUNNING there (``gone_reason``) and ends those whose process no longer exists.
+RUNNING there (``gone_reason``) and ends those whose process no longer exists. A sweep's own run
+is owned by the Hydra parent process (recorded in the sweep folder), which outlives every job.
 
 "Same machine" is deliberately strict: host name, ``/etc/machine-id`` and the PID namespace must
 all match (two containers from one image share a host name and machine id but not a PID
@@ -20,6 +21,7 @@ import os
 import socket
 from pathlib import Path
 
+SWEEP_OWNER = ".fedrun-owner.json"  # in a sweep's folder: the Hydra parent process, owner of the sweep's run
 HOST, MACHINE, PID_NS, BOOT, PID, STARTED = ("fedrun.owner.host", "fedrun.owner.machine", "fedrun.owner.pid_ns",
                                              "fedrun.owner.boot", "fedrun.owner.pid", "fedrun.owner.started")
 

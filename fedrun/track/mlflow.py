@@ -23,7 +23,7 @@ from typing import Any
 
 from fedrun.errors import ConfigError, FedrunError, check
 from fedrun.track.base import Tracker
-from fedrun.track.liveness import gone_reason, owner_tags
+from fedrun.track.liveness import SWEEP_OWNER, gone_reason, owner_tags
 
 SWEEP_PARENTS = ".fedrun-parents.json"  # in a sweep's folder: its parent run per experiment
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
@@ -117,9 +117,11 @@ class Mlflow(Tracker):
             if experiment not in known:
                 client = self._client()
                 name = f"sweep {Path(sweep_dir).name}"
+                owner = Path(sweep_dir) / SWEEP_OWNER  # the Hydra parent, which outlives every job
                 run = client.create_run(experiment_id(client, experiment), run_name=name,
                                         tags={"mlflow.runName": name, "fedrun.kind": "sweep",
-                                              "fedrun.sweep": str(sweep_dir)})
+                                              "fedrun.sweep": str(sweep_dir),
+                                              **(json.loads(owner.read_text()) if owner.exists() else {})})
                 client.log_param(run.info.run_id, "overrides", " ".join(overrides)[:6000])
                 known[experiment] = {"run_id": run.info.run_id, "uri": self.uri}
                 registry.write_text(json.dumps(known))

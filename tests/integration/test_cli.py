@@ -94,3 +94,5 @@ def test_parallel_joblib_jobs_share_one_sqlite_store():
     runs, (parent,) = jobs_and_parent(client, "parallel")  # one parent, though three jobs started together
     assert len(runs) == 6 and {r.info.status for r in runs} == {"FINISHED"}
     assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {parent.info.run_id}
+    # the sweep's run is owned by the Hydra parent process, not by the worker that happened to create it
+    assert parent.data.tags["fedrun.owner.pid"] not in {r.data.tags["fedrun.owner.pid"] for r in runs}
