@@ -22,6 +22,8 @@ Workloads (issue #7), each measured in one run on the same data and hyperparamet
   W12 one centralized LightGCN epoch (K = 3, dim 64, batch 2,048), gowalla: the graph product's backward
       through the prebuilt transpose (``GraphProduct``) vs autograd's own ``sparse.mm`` backward, which
       transposes the CSR matrix at every call; both epochs must end at the same tables
+  W13 PerFedRec++ rounds at Table 4's setting (yelp-perfedrec, 256 clients): the ego graphs propagated as
+      CSR products in edge order vs the segment sums (``index_add``) they replaced; same item tables
 
 Paths of a training workload:
   - fedrun:  the simulator as a run uses it (``sim.fast_path=auto``: FedSGD fast path when exact)
@@ -647,6 +649,64 @@ def bench_w12(args, out: Path) -> str:
     return write_table(out, "w12", ["W12 graph product backward", "s / epoch", "speed-up"], rows, caption)
 
 
+# ------------------------------------------------ W13: PerFedRec++ rounds, ego graphs as CSR products
+
+W13_PERFEDRECPP = ["+experiment=perfedrecpp/table4", "row=perfedrecpp/perfedrecpp", "track=none", "sim.progress=false"]
+W13_TINY = TINY_DATA + ["method=perfedrecpp", "backbone=lightgcn", "method.pretrain_rounds=1", "method.clusters=2",
+                        "track=none", "sim.progress=false"]
+
+
+def segment_sum_propagation(x0: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, weight: torch.Tensor,
+                            layers: int, perturb=None, operator=None) -> torch.Tensor:
+    """The baseline: ``propagate_edges`` as it was before the CSR products, ``index_add`` over the edge list
+    per layer (the ``operator`` is ignored)."""
+    out, x = x0, x0
+    for k in range(1, layers + 1):
+        x = torch.zeros_like(x0).index_add(0, dst, x[src] * weight.unsqueeze(1))  # [N, d]
+        if perturb is not None:
+            x = perturb(k, x)
+        out = out + x
+    return out / (layers + 1)
+
+
+def bench_w13(args, out: Path) -> str:
+    """PerFedRec++ rounds at Table 4's setting (Yelp, LightGCN K = 2, dim 64, 256 clients; the pre-training
+    rounds, then the personalised ones): the clients' ego graphs propagated as CSR products in edge order
+    (``EdgeOperator``) vs the segment sums they replaced, same seeds; both must end at the same item table."""
+    from fedrun.sim import ego
+
+    base = (W13_TINY if args.tiny else W13_PERFEDRECPP) + [f"sim.device={args.device}"]
+    seconds, tables, products = {}, {}, ego.propagate_edges
+    build_method(base)[0].train_round(0)  # warm-up: the process's one-time costs fall on neither path
+    for name, baseline in [("segment sums (index_add, before)", True), ("CSR products in edge order", False)]:
+        trainer, env = build_method(base)
+        pretrain = trainer.method.config.pretrain_rounds
+        phases = [("pre-training", range(pretrain)), ("personalised", range(pretrain, pretrain + args.loop_rounds))]
+        if baseline:
+            ego.propagate_edges = segment_sum_propagation
+        try:
+            for phase, rounds in phases:
+                sync(env.device)
+                started = time.perf_counter()
+                for r in rounds:
+                    trainer.train_round(r)
+                sync(env.device)
+                seconds[name, phase] = (time.perf_counter() - started) / len(rounds)
+        finally:
+            ego.propagate_edges = products
+        tables[name] = trainer.method.public.item.detach().cpu()
+    baseline, ours = tables
+    same = torch.equal(tables[baseline], tables[ours])
+    max_diff = float((tables[baseline] - tables[ours]).abs().max())
+    rows = [[name, phase, f"{s:.3f}", f"{seconds[baseline, phase] / s:.2f}×"] for (name, phase), s in seconds.items()]
+    tiny = " [tiny synthetic]" if args.tiny else ""
+    caption = (f"W13 PerFedRec++ rounds (LightGCN K = 2 over the clients' ego graphs){tiny}: {pretrain} pre-training "
+               f"rounds, then {args.loop_rounds} personalised; {machine(args.device)}, {torch.get_num_threads()} "
+               f"thread(s); item tables after the rounds: {'the same bits' if same else 'differ'} (max |Δ| = "
+               f"{max_diff:.1e})")
+    return write_table(out, "w13", ["W13 ego-graph propagation", "phase", "s / round", "speed-up"], rows, caption)
+
+
 def build_and_run(overrides: list[str], rounds: int) -> torch.Tensor:
     """The item table after ``rounds`` bucketed rounds from the seed (what the loop must match)."""
     trainer, _ = build_method(overrides)
@@ -707,8 +767,8 @@ def bench_w10(args, out: Path) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workloads", default="w0,w1,w2,w3,w4,w5,w6,w7,w8,w9,w10,w11,w12",
-                        help="comma-separated: w0 … w12")
+    parser.add_argument("--workloads", default="w0,w1,w2,w3,w4,w5,w6,w7,w8,w9,w10,w11,w12,w13",
+                        help="comma-separated: w0 … w13")
     parser.add_argument("--case", type=int, default=None, help=argparse.SUPPRESS)  # W10: one case, in-process
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--loop-rounds", type=int, default=3)
@@ -721,7 +781,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     workloads = args.workloads.split(",")
     others = {"w4": bench_w4, "w5": bench_w5, "w6": bench_w6, "w7": bench_w7, "w8": bench_w8, "w9": bench_w9,
-              "w10": bench_w10, "w11": bench_w11, "w12": bench_w12}
+              "w10": bench_w10, "w11": bench_w11, "w12": bench_w12, "w13": bench_w13}
     unknown = sorted(set(workloads) - {*TRAIN, *others})
     if unknown:
         parser.error(f"--workloads: unknown {', '.join(unknown)}; allowed: {', '.join([*TRAIN, *others])}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fedrun.backbone import lightgcn
 from fedrun.backbone.lightgcn import BipartiteGraph, GraphProduct, propagate_edges
 from fedrun.data.client_store import ClientStore
 from fedrun.errors import ConfigError
@@ -68,6 +69,40 @@ def test_edge_list_propagation_equals_sparse_and_is_differentiable():
     torch.testing.assert_close(out[:store.n_users], want_user)
     (out.sum() - want_user.sum() - want_item.sum()).backward()
     assert user.grad.abs().max() < 1e-5 and item.grad.abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_edge_operator_gives_the_segment_sums_bits_forward_and_backward(dtype):
+    """The CSR products (CPU) add each node's in-edges in edge order, as ``index_add`` over the edge list
+    does on one thread: the same bits, with edges in no particular order, duplicates and a perturbation
+    between layers. (On more threads the segment sums' backward adds in another order; the products do not.)"""
+    gen = torch.Generator().manual_seed(3)
+    n_nodes, n_edges, d = 300, 4000, 16
+    src = torch.randint(0, n_nodes, (n_edges,), generator=gen)
+    dst = torch.randint(0, n_nodes, (n_edges,), generator=gen)
+    src, dst = torch.cat([src, src[:50]]), torch.cat([dst, dst[:50]])  # 50 duplicate edges
+    weight = torch.rand(src.numel(), generator=gen)  # float32, as ego graphs keep it
+    upstream = torch.randn(n_nodes, d, generator=gen, dtype=dtype)
+
+    def run(operator):
+        x0 = torch.randn(n_nodes, d, generator=torch.Generator().manual_seed(4), dtype=dtype, requires_grad=True)
+        out = propagate_edges(x0, src, dst, weight, 3, lambda k, x: x * (1 + k / 10), operator)
+        (out * upstream).sum().backward()
+        return out.detach(), x0.grad
+
+    segment_sums, threads = lightgcn.EdgeOperator.__call__, torch.get_num_threads()
+    lightgcn.EdgeOperator.__call__ = lambda self, x: torch.zeros_like(x).index_add(
+        0, dst, x[src] * weight.to(x.dtype).unsqueeze(1))
+    torch.set_num_threads(1)
+    try:
+        want, want_grad = run(None)
+    finally:
+        lightgcn.EdgeOperator.__call__ = segment_sums
+        torch.set_num_threads(threads)
+    got, got_grad = run(None)
+    assert torch.equal(got, want) and torch.equal(got_grad, want_grad)
+    kept = lightgcn.EdgeOperator.build(src, dst, weight.to(dtype), n_nodes)  # a caller's own, as ego graphs keep
+    assert all(torch.equal(a, b) for a, b in zip(run(kept), (want, want_grad)))
 
 
 def test_graph_product_gradient_equals_autograds_bit_for_bit():

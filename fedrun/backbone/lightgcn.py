@@ -16,9 +16,9 @@ Two ways to propagate, both here as plain tensor functions:
 
 - ``BipartiteGraph``: the whole normalised graph as two sparse CSR products (centralized
   training, evaluation) — one product per direction and layer;
-- ``propagate_edges``: any graph given as a weighted edge list, by segment sums
-  (``index_add``) — the clients' ego graphs, block-diagonal over a bucket of clients
-  (``fedrun.sim.ego``).
+- ``propagate_edges``: any graph given as a weighted edge list — the clients' ego graphs,
+  block-diagonal over a bucket of clients (``fedrun.sim.ego``): on the CPU as CSR products
+  (``EdgeOperator``), elsewhere by segment sums (``index_add``); the same sums in the same order.
 
 Open points (the paper leaves them to the code): normalisation uses the training graph's
 degrees; readout is the layer mean; embeddings start from N(0, ``init_std``²) (the authors'
@@ -147,15 +147,55 @@ def edge_norm(degree_a: torch.Tensor, degree_b: torch.Tensor) -> torch.Tensor:
     return (degree_a.clamp_min(1).to(torch.float32) * degree_b.clamp_min(1).to(torch.float32)).rsqrt()
 
 
+def csr_in_edge_order(row: torch.Tensor, col: torch.Tensor, value: torch.Tensor, n_nodes: int) -> torch.Tensor:
+    """The [N, N] CSR matrix with entry ``value[e]`` at (row[e], col[e]); each row's entries in edge order,
+    duplicates kept (not coalesced: a product then sums them in the edge list's order)."""
+    order = torch.argsort(row, stable=True)  # [E]
+    crow = torch.zeros(n_nodes + 1, dtype=torch.int64, device=row.device)
+    crow[1:] = torch.bincount(row, minlength=n_nodes).cumsum(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch's "beta" notice for CSR
+        return torch.sparse_csr_tensor(crow, col[order], value[order], (n_nodes, n_nodes), check_invariants=False)
+
+
+@dataclass(frozen=True)
+class EdgeOperator:
+    """x ↦ (Σ_{(u→v)} w·x[u])_v for a weighted directed edge list, as a CSR matrix and its transpose
+    (``GraphProduct``'s backward). On the CPU the product walks each row's entries in stored order,
+    i.e. in edge order, which is also the order in which segment sums over the edge list (``index_add``
+    forward, ``index_put`` backward) add them on one thread: the same bits forward and backward
+    (``tests/test_lightgcn.py``), 3× faster (a PerFedRec++ bucket's ego graphs, one thread: 3.4 ms
+    against 9.7–12.7 ms for two layers forward and backward), and the same bits on any thread count,
+    which the segment sums' backward is not."""
+
+    matrix: torch.Tensor  # [N, N] CSR: row v holds the edges into v
+    transpose: torch.Tensor  # [N, N] CSR: row u holds the edges out of u
+
+    @classmethod
+    def build(cls, src: torch.Tensor, dst: torch.Tensor, weight: torch.Tensor, n_nodes: int) -> "EdgeOperator":
+        return cls(csr_in_edge_order(dst, src, weight, n_nodes), csr_in_edge_order(src, dst, weight, n_nodes))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return GraphProduct.apply(self.matrix, self.transpose, x)  # [N, d]
+
+
 def propagate_edges(x0: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, weight: torch.Tensor,
-                    layers: int, perturb: Callable[[int, torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+                    layers: int, perturb: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
+                    operator: EdgeOperator | None = None) -> torch.Tensor:
     """Node features x0 [N, d] over a weighted directed edge list (both directions listed for an
     undirected graph): x^(k+1)[v] = Σ_{(u→v)} w·x^(k)[u]; returns the layer mean [N, d], differentiable.
     ``perturb(k, x)``: what layer k's output becomes before it is used and read out (SimGCL-style
-    noise views: PerFedRec++ Eq. 3)."""
+    noise views: PerFedRec++ Eq. 3). ``operator``: the edge list's ``EdgeOperator`` in x0's dtype, when
+    the caller keeps one; on the CPU one is built otherwise. On other devices, segment sums (``index_add``:
+    a CSR product's rows must be sorted there)."""
+    if operator is None and x0.device.type == "cpu":
+        operator = EdgeOperator.build(src, dst, weight.to(x0.dtype), x0.shape[0])
     out, x = x0, x0
     for k in range(1, layers + 1):
-        x = torch.zeros_like(x0).index_add(0, dst, x[src] * weight.unsqueeze(1))  # [N, d]
+        if operator is not None:
+            x = operator(x)  # [N, d]
+        else:
+            x = torch.zeros_like(x0).index_add(0, dst, x[src] * weight.unsqueeze(1))  # [N, d]
         if perturb is not None:
             x = perturb(k, x)
         out = out + x

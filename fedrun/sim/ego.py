@@ -30,12 +30,13 @@ node B + b·Lu + s is slot s of client b, then the bucket's distinct (client, ne
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
-from fedrun.backbone.lightgcn import edge_norm, propagate_edges
+from fedrun.backbone.lightgcn import EdgeOperator, edge_norm, propagate_edges
 from fedrun.core import hashrng
 from fedrun.core.seeding import derive_seed, generator
 from fedrun.data.client_store import ClientStore
@@ -155,8 +156,15 @@ class EgoGraphs:
         optional per-layer ``perturb`` (``propagate_edges``)."""
         B, Lu, d = item_table.shape
         x0 = torch.cat([user, item_table.reshape(B * Lu, d), self.neighbor_rows.to(user.dtype)])  # [N, d]
-        out = propagate_edges(x0, self.src, self.dst, self.weight, layers, perturb)
+        operator = self.operator if x0.dtype == self.weight.dtype and x0.device.type == "cpu" else None
+        out = propagate_edges(x0, self.src, self.dst, self.weight, layers, perturb, operator)
         return out[:B], out[B:B + B * Lu].reshape(B, Lu, d), out[B + B * Lu:]
+
+    @functools.cached_property
+    def operator(self) -> EdgeOperator:
+        """The edge list as CSR products, built once per bucket and round (every local step and view uses it)."""
+        n_nodes = self.n_clients * (1 + self.width) + self.neighbor_rows.shape[0]
+        return EdgeOperator.build(self.src, self.dst, self.weight, n_nodes)
 
     def node_keys(self, users: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per node, (its client's user id, a key naming the node within that client: 0 the client,

@@ -19,7 +19,7 @@ def test_bench_tiny_runs_every_workload(tmp_path):
                              "--loop-rounds", "1", "--out", str(tmp_path)],
                             capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
-    for name in ("w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9", "w10", "w11", "w12"):
+    for name in ("w0", "w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9", "w10", "w11", "w12", "w13"):
         assert (tmp_path / f"{name}.md").exists() and (tmp_path / f"{name}.csv").exists()
     assert (tmp_path / "w5.png").exists()
     # every training workload checked the loop against the general path before timing it (W11: the
@@ -37,6 +37,8 @@ def test_bench_tiny_runs_every_workload(tmp_path):
     assert float((tmp_path / "w8.csv").read_text().strip().splitlines()[-1].split(",")[-1]) < 1e-4
     # the centralized LightGCN epoch ends at the same tables with either backward of the graph product
     assert float(re.search(r"epoch: max \|Δ\| = ([0-9.e+-]+)", result.stdout).group(1)) < 1e-5
+    # PerFedRec++ rounds end at the same item table with the ego graphs as CSR products or as segment sums
+    assert float(re.search(r"after the rounds: .* \(max \|Δ\| = ([0-9.e+-]+)\)", result.stdout).group(1)) < 1e-5
 
 
 def test_bench_rejects_unknown_workloads(tmp_path):
