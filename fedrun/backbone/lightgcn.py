@@ -186,8 +186,9 @@ def propagate_edges(x0: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, weig
     undirected graph): x^(k+1)[v] = Σ_{(u→v)} w·x^(k)[u]; returns the layer mean [N, d], differentiable.
     ``perturb(k, x)``: what layer k's output becomes before it is used and read out (SimGCL-style
     noise views: PerFedRec++ Eq. 3). ``operator``: the edge list's ``EdgeOperator`` in x0's dtype, when
-    the caller keeps one; on the CPU one is built otherwise. On other devices, segment sums (``index_add``:
-    a CSR product's rows must be sorted there)."""
+    the caller keeps one; on the CPU one is built otherwise. On other devices, segment sums (``index_add``):
+    the operator breaks torch's CSR invariants (sorted, distinct columns per row), which the CPU kernel does
+    not need; whether cuSPARSE does is unchecked."""
     if operator is None and x0.device.type == "cpu":
         operator = EdgeOperator.build(src, dst, weight.to(x0.dtype), x0.shape[0])
     out, x = x0, x0
