@@ -161,3 +161,20 @@ def test_a_sweep_run_is_owned_by_the_hydra_parent_and_ended_once_that_process_is
     assert client.get_run(parents["alive"]).info.status == "RUNNING"
     gone = client.get_run(parents["gone"])
     assert gone.info.status == "KILLED" and "is gone" in gone.data.tags["fedrun.failure_reason"]
+
+
+def test_a_store_that_fails_while_tidying_others_runs_does_not_stop_this_one(tmp_path, caplog):
+    """Judging the runs left RUNNING is housekeeping: its failure is one warning, and the new run is created."""
+    from fedrun.track.mlflow import Mlflow, MlflowConfig
+
+    tracker = Mlflow(MlflowConfig(uri=f"sqlite:///{tmp_path / 'mlflow.db'}"))
+    client = tracker._client()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("search failed: the artifact store does not answer")
+
+    client.search_runs = broken
+    with caplog.at_level("WARNING", logger="fedrun"):
+        tracker.start("tidy", "this run", {}, {})
+    assert "Could not check this experiment's runs left RUNNING: search failed" in caplog.text
+    assert MlflowClient(tracker.uri).get_run(tracker.run_id).info.status == "RUNNING"
