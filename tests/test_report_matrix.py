@@ -138,3 +138,18 @@ def test_one_row_under_two_attacks_is_two_variants_in_the_claims():
     assert [c[2] for c in claims] == ["rcl4fedrec (choices.attack=a_hum) < cl4fedrec",
                                       "rcl4fedrec (choices.attack=psmu) < cl4fedrec"]
     assert all(str(c[3]) == "3" for c in claims)  # three paired seeds each
+
+
+def test_runs_that_did_not_finish_are_listed_once_per_reason():
+    """A sweep's refused combinations share one reason: one line with their count and ids, and the run that died
+    for another reason keeps a line of its own, in order of first appearance."""
+    import pandas as pd
+
+    from fedrun.report.cli import unfinished_lines
+
+    refused = "ConfigError: attack='eb' is not allowed"
+    failed = pd.DataFrame({"run_id": ["a", "b", "c", "d"], "status": ["FAILED", "KILLED", "FAILED", "FAILED"],
+                           "reason": [refused, "abandoned: its process is gone", refused, None]})
+    assert unfinished_lines(failed) == [f"- 2 runs FAILED: {refused} (a, c)",
+                                        "- b KILLED: abandoned: its process is gone",
+                                        "- d FAILED: no reason recorded"]

@@ -195,7 +195,7 @@ def render(frame: pd.DataFrame, title: str, metrics: list[str], out: Path) -> tu
     header, rows = summarize(frame, metrics)
     table = markdown(header, rows)
     failed = frame[frame["status"] != "FINISHED"]
-    failed_lines = [f"- {r.run_id} {r.status}: {r.reason or 'no reason recorded'}" for r in failed.itertuples()]
+    failed_lines = unfinished_lines(failed)
     text = f"# {title}: mean ± std over seeds\n\n{table}\n"
     if "floor " in table:
         text += ("\n(≤ floor x): at or below the popularity floor of the row's split and protocol (for errors: "
@@ -222,9 +222,20 @@ def render(frame: pd.DataFrame, title: str, metrics: list[str], out: Path) -> tu
             lent["run_id"], lent.get("param:choices.row", "?"), lent.get("param:sim.seed", "?"), lent["borrowed_from"])]
         text += (f"\n## Runs borrowed from other experiments' ledgers ({len(lines)})\n\n" + "\n".join(lines) + "\n")
     if failed_lines:
-        text += f"\n## Runs that did not finish ({len(failed_lines)})\n\n" + "\n".join(failed_lines) + "\n"
+        text += f"\n## Runs that did not finish ({len(failed)})\n\n" + "\n".join(failed_lines) + "\n"
     (out / "report.md").write_text(text)
     return text, files
+
+
+def unfinished_lines(failed: pd.DataFrame) -> list[str]:
+    """One line per distinct (status, reason) among the runs that did not finish, in order of first appearance:
+    a sweep's refused combinations share one reason, and 28 copies of it hid the one run that died."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for run in failed.itertuples():
+        reason = run.reason if isinstance(run.reason, str) and run.reason else "no reason recorded"  # None, NaN, ""
+        groups.setdefault((run.status, reason), []).append(run.run_id)
+    return [f"- {ids[0]} {status}: {reason}" if len(ids) == 1 else
+            f"- {len(ids)} runs {status}: {reason} ({', '.join(ids)})" for (status, reason), ids in groups.items()]
 
 
 def add_borrow_argument(parser: argparse.ArgumentParser) -> None:
