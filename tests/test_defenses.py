@@ -299,3 +299,31 @@ def test_each_rule_trains_fedavg_and_refuses_exact_sum_methods(defense):
     stats = rounds.train_round(0)
     assert np.isfinite(stats.loss)
     assert any(not torch.equal(before[k], v) for k, v in method.public.net.items())  # dense weights aggregated
+
+
+def test_median_rows_script_classes_each_row_by_its_positive_uploaders():
+    """The diagnostic behind the median's cost (scripts/median_rows.py): which uploads of a row come from
+    clients holding the item, and the median against the mean per class of row, on a hand-made round."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "median_rows.py"
+    spec = importlib.util.spec_from_file_location("median_rows", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    n_items = 10
+    train_keys = torch.tensor(sorted([5 * n_items + 1, 6 * n_items + 1, 7 * n_items + 1, 8 * n_items + 2]))
+    senders = torch.tensor([5, 6, 7, 8])  # the round's clients, by upload index
+    # item 1: three holders pulling different ways; item 2: one holder and three that drew it as a negative
+    client = torch.tensor([0, 1, 2, 3, 0, 1, 2])
+    item = torch.tensor([1, 1, 1, 2, 2, 2, 2])
+    delta = torch.tensor([[1., 0.], [0., 1.], [1., 1.], [4., 4.], [-1., -1.], [-1., -1.], [-1., -1.]])
+    uploads = Uploads(4, client, item, delta, {}, torch.ones(4))
+    assert script.row_positives(uploads, senders, train_keys, n_items).tolist() == [True] * 4 + [False] * 3
+    minority, majority = script.record(uploads, senders, train_keys, n_items, min_uploaders=3)
+    # item 2: the median (-1, -1) follows the three negatives against the mean (.25, .25): reading (a)
+    assert minority["class"] == "positives a minority" and minority["positive share"] == 0.25
+    assert minority["cos(median, mean)"] == pytest.approx(-1.0) and minority["|median| / |mean|"] == pytest.approx(4)
+    assert majority["class"] == "positives at least half" and majority["positive share"] == 1.0
+    # item 1: median (1, 1) against mean (2/3, 2/3): same direction, 1.5 times as long
+    assert majority["cos(median, mean)"] == pytest.approx(1.0) and majority["|median| / |mean|"] == pytest.approx(1.5)
