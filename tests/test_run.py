@@ -257,6 +257,11 @@ def test_order_claims_give_a_verdict_per_claim_and_cell():
     assert by_claim["fed < bil"] == ["1", "0.1200", "0.1000", "-0.0200", "", "one seed, reversed"]
     level = frame.assign(**{"metric:test_hr_at_10": [0.1, 0.2, 0.3, 0.45, 0.05, 0.15, 0.0]})
     assert order_claims(level, paper)[1][0][-1] == "level, same direction"
+    # the same difference on every seed (an exposure of 1.0 against 0): p 0, not "level"; no difference: level
+    constant = frame.assign(**{"metric:test_hr_at_10": [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0]})
+    assert order_claims(constant, paper)[1][0][-2:] == ["0.000", "holds"]
+    equal = frame.assign(**{"metric:test_hr_at_10": [0.5] * 7})
+    assert order_claims(equal, paper)[1][0][-2:] == ["", "level, equal"]
     with pytest.raises(ValueError, match="'fed > central' is not a claim"):
         order_claims(frame, {"metrics": ["test_hr_at_10"], "claims": ["fed > central"]})
 

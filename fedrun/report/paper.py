@@ -104,7 +104,8 @@ def order_claims(done: pd.DataFrame, paper: dict, varying: list[str] = ()) -> tu
     ``paper.claim_metric`` (default: the second paper metric, HR@10 in the FedCL tables): the means of
     both rows over the seeds both ran, their difference high − low, the two-sided paired t-test p and a
     verdict — ``holds`` / ``reversed`` (p < ALPHA), ``level`` (p ≥ ALPHA; the sign said), or ``one seed``
-    (no test possible; the sign said)."""
+    (no test possible; the sign said). The same non-zero difference on every seed (ER@5 1.0 against 0 on each)
+    has p 0: the paired t statistic is infinite, where scipy returns no p."""
     metric = paper.get("claim_metric") or list(paper["metrics"])[min(1, len(paper["metrics"]) - 1)]
     header = ["dataset", "backbone", "claim", "seeds", f"{metric} low", f"{metric} high", "diff", "p", "verdict"]
     claims = [_parse_claim(text) for text in paper.get("claims", [])]
@@ -137,8 +138,11 @@ def _verdict(low: pd.Series, high: pd.Series) -> list[str]:
     from scipy.stats import ttest_rel
 
     diff = float((high - low).mean())
-    sign = "same direction" if diff > 0 else "reversed"
-    p = float(ttest_rel(high, low).pvalue) if len(low) > 1 and (high - low).std() > 0 else float("nan")
+    sign = "same direction" if diff > 0 else "reversed" if diff < 0 else "equal"
+    if len(low) > 1 and (high - low).std() > 0:
+        p = float(ttest_rel(high, low).pvalue)
+    else:  # the same difference on every seed: t is infinite (p 0) unless that difference is 0 (no test)
+        p = 0.0 if len(low) > 1 and diff != 0 else float("nan")
     if len(low) < 2:
         verdict = f"one seed, {sign}"
     elif p != p or p >= ALPHA:
