@@ -656,34 +656,22 @@ W13_TINY = TINY_DATA + ["method=perfedrecpp", "backbone=lightgcn", "method.pretr
                         "track=none", "sim.progress=false"]
 
 
-def segment_sum_propagation(x0: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, weight: torch.Tensor,
-                            layers: int, perturb=None, operator=None) -> torch.Tensor:
-    """The baseline: ``propagate_edges`` as it was before the CSR products, ``index_add`` over the edge list
-    per layer (the ``operator`` is ignored)."""
-    out, x = x0, x0
-    for k in range(1, layers + 1):
-        x = torch.zeros_like(x0).index_add(0, dst, x[src] * weight.unsqueeze(1))  # [N, d]
-        if perturb is not None:
-            x = perturb(k, x)
-        out = out + x
-    return out / (layers + 1)
-
-
 def bench_w13(args, out: Path) -> str:
     """PerFedRec++ rounds at Table 4's setting (Yelp, LightGCN K = 2, dim 64, 256 clients; the pre-training
     rounds, then the personalised ones): the clients' ego graphs propagated as CSR products in edge order
     (``EdgeOperator``) vs the segment sums they replaced, same seeds; both must end at the same item table."""
+    from fedrun.backbone.lightgcn import SegmentSums
     from fedrun.sim import ego
 
     base = (W13_TINY if args.tiny else W13_PERFEDRECPP) + [f"sim.device={args.device}"]
-    seconds, tables, products = {}, {}, ego.propagate_edges
+    seconds, tables, products = {}, {}, ego.EgoGraphs.operator
     build_method(base)[0].train_round(0)  # warm-up: the process's one-time costs fall on neither path
     for name, baseline in [("segment sums (index_add, before)", True), ("CSR products in edge order", False)]:
         trainer, env = build_method(base)
         pretrain = trainer.method.config.pretrain_rounds
         phases = [("pre-training", range(pretrain)), ("personalised", range(pretrain, pretrain + args.loop_rounds))]
         if baseline:
-            ego.propagate_edges = segment_sum_propagation
+            ego.EgoGraphs.operator = property(lambda graphs: SegmentSums(graphs.src, graphs.dst, graphs.weight))
         try:
             for phase, rounds in phases:
                 sync(env.device)
@@ -693,7 +681,7 @@ def bench_w13(args, out: Path) -> str:
                 sync(env.device)
                 seconds[name, phase] = (time.perf_counter() - started) / len(rounds)
         finally:
-            ego.propagate_edges = products
+            ego.EgoGraphs.operator = products
         tables[name] = trainer.method.public.item.detach().cpu()
     baseline, ours = tables
     same = torch.equal(tables[baseline], tables[ours])

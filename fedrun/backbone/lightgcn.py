@@ -18,7 +18,7 @@ Two ways to propagate, both here as plain tensor functions:
   training, evaluation) — one product per direction and layer;
 - ``propagate_edges``: any graph given as a weighted edge list — the clients' ego graphs,
   block-diagonal over a bucket of clients (``fedrun.sim.ego``): on the CPU as CSR products
-  (``EdgeOperator``), elsewhere by segment sums (``index_add``); the same sums in the same order.
+  (``EdgeOperator``), elsewhere by segment sums (``SegmentSums``); the same sums in the same order.
 
 Open points (the paper leaves them to the code): normalisation uses the training graph's
 degrees; readout is the layer mean; embeddings start from N(0, ``init_std``²) (the authors'
@@ -179,24 +179,34 @@ class EdgeOperator:
         return GraphProduct.apply(self.matrix, self.transpose, x)  # [N, d]
 
 
+@dataclass(frozen=True)
+class SegmentSums:
+    """The same map as ``EdgeOperator`` by segment sums over the edge list (``index_add``): any device."""
+
+    src: torch.Tensor  # [E]
+    dst: torch.Tensor  # [E]
+    weight: torch.Tensor  # [E]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.zeros_like(x).index_add(0, self.dst, x[self.src] * self.weight.to(x.dtype).unsqueeze(1))
+
+
 def propagate_edges(x0: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, weight: torch.Tensor,
                     layers: int, perturb: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
-                    operator: EdgeOperator | None = None) -> torch.Tensor:
+                    operator: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
     """Node features x0 [N, d] over a weighted directed edge list (both directions listed for an
     undirected graph): x^(k+1)[v] = Σ_{(u→v)} w·x^(k)[u]; returns the layer mean [N, d], differentiable.
     ``perturb(k, x)``: what layer k's output becomes before it is used and read out (SimGCL-style
-    noise views: PerFedRec++ Eq. 3). ``operator``: the edge list's ``EdgeOperator`` in x0's dtype, when
-    the caller keeps one; on the CPU one is built otherwise. On other devices, segment sums (``index_add``):
-    the operator breaks torch's CSR invariants (sorted, distinct columns per row), which the CPU kernel does
-    not need; whether cuSPARSE does is unchecked."""
-    if operator is None and x0.device.type == "cpu":
-        operator = EdgeOperator.build(src, dst, weight.to(x0.dtype), x0.shape[0])
+    noise views: PerFedRec++ Eq. 3). ``operator``: the edge list's map x ↦ Σ w·x[u] when the caller keeps
+    one (an ``EdgeOperator`` in x0's dtype); otherwise an ``EdgeOperator`` on the CPU and ``SegmentSums`` on
+    other devices: the operator breaks torch's CSR invariants (sorted, distinct columns per row), which the
+    CPU kernel does not need; whether cuSPARSE does is unchecked."""
+    if operator is None:
+        operator = (EdgeOperator.build(src, dst, weight.to(x0.dtype), x0.shape[0]) if x0.device.type == "cpu"
+                    else SegmentSums(src, dst, weight))
     out, x = x0, x0
     for k in range(1, layers + 1):
-        if operator is not None:
-            x = operator(x)  # [N, d]
-        else:
-            x = torch.zeros_like(x0).index_add(0, dst, x[src] * weight.unsqueeze(1))  # [N, d]
+        x = operator(x)  # [N, d]
         if perturb is not None:
             x = perturb(k, x)
         out = out + x
