@@ -227,8 +227,10 @@ def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) ->
         return checkpoint_path
 
     try:
-        result = run_loop(b.trainer, b.evaluator, tracker, sim, b.label, state, save, sweep_marker(sweep))
-        floor = judge_against_floor(b, result, tracker)
+        valid_floor = validation_floor(b, tracker)
+        result = run_loop(b.trainer, b.evaluator, tracker, sim, b.label, state, save, sweep_marker(sweep),
+                          valid_floor.get(b.evaluator.monitor))
+        floor = judge_against_floor(b, result, tracker, valid_floor)
         table = metrics_table({"test": result.test, **({"valid": result.valid} if result.valid else {}), **floor})
         for path in write_outputs(cfg, b.label, table):
             tracker.log_artifact(path)
@@ -257,9 +259,23 @@ def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) ->
     return result
 
 
-def judge_against_floor(b: Built, result: RunResult, tracker: Tracker) -> dict[str, dict[str, float]]:
+def validation_floor(b: Built, tracker: Tracker) -> dict[str, float]:
+    """The floor of the run's validation part (logged as ``floor_valid_*`` before training), for the validation
+    curve to be read against: a validation part carved from the training data can be easier than the test part
+    (amazon-music: popularity Recall@20 .0154 on valid, .0119 on test). Empty for the floor itself and for a
+    run that never validates."""
+    if isinstance(b.method, Pop) or b.env.split.valid is None or not b.plan.sim.eval_every:
+        return {}
+    floor = floor_metrics(b.evaluator, b.env, "valid")
+    tracker.log_metrics({f"floor_valid_{k}": v for k, v in floor.items()}, step=0)
+    return floor
+
+
+def judge_against_floor(b: Built, result: RunResult, tracker: Tracker,
+                        valid_floor: dict[str, float]) -> dict[str, dict[str, float]]:
     """The floor of the run's split and protocol beside its test metrics (logged as ``floor_*``); a run at or
-    below it says so in one line and carries the ``fedrun.below_floor`` tag. Nothing for the floor itself."""
+    below it says so in one line and carries the ``fedrun.below_floor`` tag. Nothing for the floor itself.
+    → the table's floor columns: the test part's, then the validation part's (``valid_floor``) if any."""
     if isinstance(b.method, Pop):
         return {}
     floor = floor_metrics(b.evaluator, b.env)
@@ -271,7 +287,7 @@ def judge_against_floor(b: Built, result: RunResult, tracker: Tracker) -> dict[s
                     "nothing a count could not (a bug, too few rounds or a bad default, never a result)",
                     metric, result.test[metric], kind, floor[metric])
         tracker.set_tags({"fedrun.below_floor": "true"})
-    return {f"floor ({kind})": floor}
+    return {f"floor ({kind})": floor, **({"valid floor": valid_floor} if valid_floor and result.valid else {})}
 
 
 def log_dataset(b: Built, tracker: Tracker) -> None:
@@ -291,12 +307,13 @@ def log_result_views(b: Built, result: RunResult, floor: dict[str, dict[str, flo
     """The results table as a table artifact (``results.json``: metric, test, valid, floor) and the learning
     curve of the monitored metric (``learning_curve.png``), for the tracker's run page."""
     parts = {"test": result.test, **({"valid": result.valid} if result.valid else {}),
-             **{"floor": values for values in floor.values()}}
+             **{("valid floor" if name == "valid floor" else "floor"): values for name, values in floor.items()}}
     names = list(result.test)
     tracker.log_table({"metric": names, **{part: [values.get(n) for n in names] for part, values in parts.items()}},
                       "results.json")
     monitor = b.evaluator.monitor
-    history = tracker.metric_history(["train_loss", *(f"{part}_{monitor}" for part in ("valid", "test", "floor"))])
+    history = tracker.metric_history(["train_loss", *(f"{part}_{monitor}" for part in
+                                                      ("valid", "test", "floor", "floor_valid"))])
     figure = learning_curve(history, out / "learning_curve.png", b.label, monitor)
     if figure is not None:
         tracker.log_artifact(figure)

@@ -46,3 +46,24 @@ def test_sampled_negatives_are_drawn_afresh_only_when_asked():
         first, second = sampled.negatives("test", users).clone(), sampled.negatives("test", users).clone()
         assert torch.equal(first, second) != resample
         assert torch.equal(evaluator().negatives("test", users), first)  # the same seed, the same first draw
+
+
+def test_the_floor_does_not_shift_a_resampling_evaluators_draws(tmp_path, monkeypatch):
+    """The validation floor is evaluated before training; with negatives drawn afresh at every evaluation, it
+    must not move the run's k-th draw (whether the floor came from the cache or was computed)."""
+    from fedrun.eval.floor import floor_metrics
+
+    monkeypatch.setenv("FEDRUN_CACHE_DIR", str(tmp_path))
+    _, env = make_method(MF)
+    users = torch.arange(10)
+
+    def evaluator():
+        return Sampled(SampledConfig(num_negatives=20, resample=True), env.split, torch.device("cpu"), rating=False)
+
+    plain = evaluator()
+    expected = [plain.negatives("valid", users).clone() for _ in range(2)]
+    for _ in range(2):  # computed, then from the cache
+        with_floor = evaluator()
+        floor_metrics(with_floor, env, "valid")
+        got = [with_floor.negatives("valid", users).clone() for _ in range(2)]
+        assert all(torch.equal(a, b) for a, b in zip(got, expected))

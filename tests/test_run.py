@@ -483,6 +483,43 @@ def test_every_result_has_the_floor_of_its_split_beside_it(caplog):
     assert "fedrun.below_floor" not in record.data.tags and "floor_ndcg_at_10" not in record.data.metrics
 
 
+def test_the_validation_curve_has_the_floor_of_the_validation_part(caplog):
+    """Validation has a floor of its own (a part carved from the training data can be easier than the test
+    part): logged as floor_valid_* before training, shown in each epoch's line, a column of the results table."""
+    import logging
+
+    from fedrun.eval.floor import floor_metrics
+    from fedrun.eval.full import Full, FullConfig
+
+    caplog.set_level(logging.INFO, logger="fedrun")
+    run(["track=mlflow", "track.experiment=valid-floor", "sim.progress=false", "sim.max_rounds=8"])
+    client = MlflowClient()
+    (record,) = client.search_runs([client.get_experiment_by_name("valid-floor").experiment_id])
+    _, env = make_method([])
+    expected = floor_metrics(Full(FullConfig(), env.split, env.device, rating=False), env, "valid")
+    test_floor = floor_metrics(Full(FullConfig(), env.split, env.device, rating=False), env)
+    assert expected != test_floor  # another part, another floor
+    logged = record.data.metrics
+    assert logged["floor_valid_ndcg_at_10"] == pytest.approx(expected["ndcg_at_10"])
+    assert logged["floor_ndcg_at_10"] == pytest.approx(test_floor["ndcg_at_10"])
+    epoch_lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("epoch ")]
+    assert epoch_lines and all(f"(floor {expected['ndcg_at_10']:.4f}" in line for line in epoch_lines)
+    local = client.download_artifacts(record.info.run_id, "results.json")
+    import json
+
+    table = json.loads(open(local).read())
+    assert table["columns"] == ["metric", "test", "valid", "floor", "valid floor"]
+    row = next(r for r in table["data"] if r[0] == "ndcg_at_10")
+    assert row[4] == pytest.approx(expected["ndcg_at_10"])
+
+
+def test_a_run_without_validation_has_no_validation_floor():
+    run(["track=mlflow", "track.experiment=no-valid-floor", "sim.eval_every=0", "sim.max_rounds=2"])
+    client = MlflowClient()
+    (record,) = client.search_runs([client.get_experiment_by_name("no-valid-floor").experiment_id])
+    assert "floor_valid_ndcg_at_10" not in record.data.metrics and "floor_ndcg_at_10" in record.data.metrics
+
+
 def test_the_floor_is_computed_once_per_split_and_protocol(monkeypatch):
     from fedrun.eval.floor import floor_metrics
     from fedrun.eval.full import Full, FullConfig
@@ -529,6 +566,22 @@ def test_the_report_marks_rows_at_or_below_their_floor(tmp_path):
     (pop,) = [line for line in text.splitlines() if line.startswith("| pop")]
     assert "(≤ floor " in fedavg and "floor" not in pop
     assert "at or below the popularity floor" in text
+
+
+def test_the_report_reads_validation_metrics_against_the_validation_floor():
+    import pandas as pd
+
+    from fedrun.report.cli import floor_mark
+
+    group = pd.DataFrame({"metric:floor_recall_at_20": [.0119, .0119],
+                          "metric:floor_valid_recall_at_20": [.0154, .0154]})
+    at_valid_floor = pd.Series([.0150, .0157])  # mean .01535: above the test floor, at the validation floor
+    assert floor_mark(group, "best_valid_recall_at_20", at_valid_floor) == " (≤ floor 0.0154)"
+    assert floor_mark(group, "valid_recall_at_20", at_valid_floor) == " (≤ floor 0.0154)"
+    assert floor_mark(group, "test_recall_at_20", at_valid_floor) == ""
+    assert floor_mark(group, "test_recall_at_20", pd.Series([.0110])) == " (≤ floor 0.0119)"
+    assert floor_mark(group.drop(columns="metric:floor_valid_recall_at_20"), "best_valid_recall_at_20",
+                      at_valid_floor) == ""  # runs from before the validation floor was logged
 
 
 def test_a_store_that_fails_mid_run_is_one_named_error(monkeypatch, caplog):
@@ -623,12 +676,13 @@ def test_a_report_borrows_the_matching_runs_of_another_ledger_without_keeping_th
 
 def test_without_the_progress_bar_each_epoch_logs_one_line(caplog):
     """A batch job or sweep runs with sim.progress=false; its log still shows the run moving: per epoch the mean
-    loss, the validation just taken with the best so far, the time per epoch and what is left."""
+    loss, the validation just taken with its floor and the best so far, the time per epoch and what is left."""
     caplog.set_level("INFO", logger="fedrun")
     run(["sim.progress=false", "sim.eval_every=2", "sim.epochs=3", "sim.keep_best=true"])
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("epoch ")]
     assert [line.split(":")[0] for line in lines] == ["epoch 1/3", "epoch 2/3", "epoch 3/3"]
-    assert "valid" not in lines[0] and "valid ndcg_at_10" in lines[1] and "(best " in lines[1]
+    assert "valid" not in lines[0] and "valid ndcg_at_10" in lines[1] and "; best " in lines[1]
+    assert "(floor " in lines[1]  # the validation floor beside the validation
     assert all(" per epoch, " in line and line.endswith(" left") for line in lines)
     caplog.clear()
     run(["sim.progress=true", "sim.epochs=1"])

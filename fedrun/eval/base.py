@@ -3,8 +3,9 @@ its private parameters and the public model; the simulator only averages the met
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Iterator
 
 import torch
 
@@ -56,6 +57,12 @@ class Evaluator:
     def watch_targets(self, targets: torch.Tensor) -> None:
         """Report the exposure of these items (ER@K, target NDCG@K) with every evaluation."""
         self.targets = targets
+
+    @contextmanager
+    def aside(self) -> Iterator[None]:
+        """Evaluations inside leave the evaluator as they found it, so the run's own evaluations do not depend on
+        them (the floor's, which may come from a cache or not). Stateless protocols have nothing to restore."""
+        yield
 
     def history(self, part: str) -> list[ClientStore]:
         """The user's history when ``part`` is predicted: train, then validation at test time."""

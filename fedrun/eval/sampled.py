@@ -9,7 +9,9 @@ random — never in the target's favour. Metrics are averaged over (user, target
 from __future__ import annotations
 
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -62,6 +64,16 @@ class Sampled(Evaluator):
               f"{split.n_items} items, and its negatives must be items it never interacted with")
         self._negatives: dict[str, torch.Tensor] = {}
         self._draws: dict[str, int] = defaultdict(int)  # evaluations of each part so far (resample)
+
+    @contextmanager
+    def aside(self) -> Iterator[None]:
+        """With ``resample`` the k-th evaluation of a part draws the k-th negatives: an evaluation aside (the
+        floor's) must not shift the run's draws."""
+        draws, negatives = dict(self._draws), dict(self._negatives)
+        try:
+            yield
+        finally:
+            self._draws, self._negatives = defaultdict(int, draws), negatives
 
     def negatives(self, part: str, users: torch.Tensor) -> torch.Tensor:
         if self.config.resample:

@@ -133,12 +133,19 @@ def summarize(frame: pd.DataFrame, metrics: list[str]) -> tuple[list[str], list[
     return header, rows
 
 
+FLOOR_OF = (("test_", "floor_"), ("best_valid_", "floor_valid_"), ("valid_", "floor_valid_"))  # metric → its floor
+
+
 def floor_mark(group: pd.DataFrame, metric: str, values: pd.Series) -> str:
     """ " (≤ floor .0183)" when the mean of ``metric`` is at or below the floor its runs logged for their
-    split and protocol (``floor_*``; error metrics: at or above), else ""."""
-    name = metric[len("test_"):] if metric.startswith("test_") else None
-    column = f"metric:floor_{name}"
-    if name is None or values.empty or column not in group or group[column].dropna().empty:
+    split and protocol (test metrics: ``floor_*``; validation metrics: ``floor_valid_*``; error metrics: at or
+    above), else ""."""
+    prefix, floor_prefix = next(((p, f) for p, f in FLOOR_OF if metric.startswith(p)), (None, None))
+    if prefix is None:
+        return ""
+    name = metric[len(prefix):]
+    column = f"metric:{floor_prefix}{name}"
+    if values.empty or column not in group or group[column].dropna().empty:
         return ""
     floor = float(group[column].dropna().mean())
     if name in RATING_METRICS:

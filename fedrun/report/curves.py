@@ -10,7 +10,7 @@ History = dict[str, list[tuple[int, float]]]  # metric → [(step, value)]
 
 def learning_curve(history: History, path: Path, title: str, monitor: str) -> Path | None:
     """Write the PNG: left the training loss per round, right the monitored metric per evaluation with
-    the floor as a dashed line. None when there is nothing to draw (a run of zero rounds)."""
+    the test floor dashed and the validation floor dotted. None when there is nothing to draw (a run of zero rounds)."""
     if not history.get("train_loss"):
         return None
     import matplotlib
@@ -27,9 +27,10 @@ def learning_curve(history: History, path: Path, title: str, monitor: str) -> Pa
         if points:
             x, y = zip(*points)
             metric_ax.plot(x, y, style, ms=3, label=part)
-    floor = history.get(f"floor_{monitor}")
-    if floor:
-        metric_ax.axhline(floor[-1][1], ls="--", color="grey", label="floor (test)")
+    for part, style in (("", "--"), ("valid_", ":")):
+        floor = history.get(f"floor_{part}{monitor}")
+        if floor:
+            metric_ax.axhline(floor[-1][1], ls=style, color="grey", label=f"floor ({part.rstrip('_') or 'test'})")
     metric_ax.set(xlabel="round", ylabel=monitor, title=monitor)
     if metric_ax.lines:
         metric_ax.legend()

@@ -53,9 +53,11 @@ SaveFn = Callable[[RunnerState], Path]
 
 
 def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimConfig, label: str,
-             state: RunnerState | None = None, save: SaveFn | None = None, stop_file: Path | None = None) -> RunResult:
+             state: RunnerState | None = None, save: SaveFn | None = None, stop_file: Path | None = None,
+             valid_floor: float | None = None) -> RunResult:
     """Rounds ``state.next_round`` … end of ``trainer`` (a method's rounds). ``save(state)`` writes a
-    checkpoint (every ``sim.checkpoint_every`` rounds and when a stop signal arrives)."""
+    checkpoint (every ``sim.checkpoint_every`` rounds and when a stop signal arrives). ``valid_floor``: the
+    floor's ``eval.monitor`` on the validation part, shown beside each validation in the log."""
     state = state or RunnerState()
     method = trainer.method
     per_epoch = trainer.rounds_per_epoch()
@@ -63,7 +65,8 @@ def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimC
     has_valid = evaluator.split.valid is not None
     bar = tqdm(total=n_rounds, initial=state.next_round, desc=label, disable=not sim.progress,
                dynamic_ncols=True, unit="round")
-    pace = _Pace(state.next_round, n_rounds, per_epoch)  # epoch losses; without the bar, one log line per epoch
+    # epoch losses; without the bar, one log line per epoch
+    pace = _Pace(state.next_round, n_rounds, per_epoch, valid_floor)
     with graceful_stop(stop_file) as stop:
         while state.next_round < n_rounds and not _patience_spent(state, sim):
             round_index = state.next_round
@@ -156,13 +159,14 @@ def _select_tested_model(state: RunnerState, method: Method, evaluator: Evaluato
 
 class _Pace:
     """Each epoch's mean training loss, and the progress a run without its bar (``sim.progress=false``: batch
-    jobs, sweeps) reports in its log, one line per epoch: that loss, the validation just taken, the time per
-    epoch and what is left."""
+    jobs, sweeps) reports in its log, one line per epoch: that loss, the validation just taken (with the
+    validation floor and the best so far), the time per epoch and what is left."""
 
     RISE = 10.0  # a last epoch's loss this many times the lowest epoch's: the training diverged
 
-    def __init__(self, first_round: int, n_rounds: int, per_epoch: int):
+    def __init__(self, first_round: int, n_rounds: int, per_epoch: int, valid_floor: float | None = None):
         self.first_round, self.n_rounds, self.per_epoch = first_round, n_rounds, per_epoch
+        self.valid_floor = valid_floor
         self.started = time.perf_counter()
         self.losses: list[float] = []  # the current epoch's round losses
         self.epoch_losses: list[float] = []  # the mean of each epoch this process ran
@@ -178,8 +182,10 @@ class _Pace:
         line = f"epoch {state.next_round // self.per_epoch}/{epochs}: loss {self.epoch_losses[-1]:.4f}"
         if monitor is not None:
             line += f", valid {monitor} {state.valid[monitor]:.4f}"
+            notes = [] if self.valid_floor is None else [f"floor {self.valid_floor:.4f}"]
             if state.best_valid is not None:
-                line += f" (best {state.best_valid:.4f}, epoch {state.best_round / self.per_epoch:g})"
+                notes.append(f"best {state.best_valid:.4f}, epoch {state.best_round / self.per_epoch:g}")
+            line += f" ({'; '.join(notes)})" if notes else ""
         left = (self.n_rounds - state.next_round) * seconds_per_round
         log.info("%s; %s per epoch, %s left", line, _duration(seconds_per_round * self.per_epoch), _duration(left))
 
