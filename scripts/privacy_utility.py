@@ -1,7 +1,10 @@
 """Privacy–utility curves from the runs of ``+experiment=privacy_utility`` (the commands are in that preset): test
 utility against the LDP budget ε of one upload, one panel per dataset, one line per method and protected upload,
 mean ± std over seeds; ε = ∞ is the method's run with ``privacy=none``, drawn at the right edge and joined by a
-dotted line → ``<out>/table.md`` and ``<out>/privacy-utility.png`` (docs/results/privacy-utility.md reads them).
+dotted line → ``<out>/table.md`` and ``<out>/privacy-utility.png`` (docs/results/privacy-utility.md reads them);
+``<out>/privacy-utility-valid.png`` draws the tested models' validation utility the same way (beside its floor where
+the runs logged one): on a split whose test part is unlike its training part (ML-1M's ``split80-20``) the two can
+move in opposite directions under noise.
 
 Utility is Recall@20 on ranking data whose runs all log it (PerFedRec++'s Yelp), else NDCG@10, and RMSE on ratings
 (lower is better), beside the floor of the same split. A curve is named by its preset row where the runs have one.
@@ -60,6 +63,8 @@ def points(frame: pd.DataFrame) -> pd.DataFrame:
         {name: utility_of(runs) for name, runs in done.groupby("param:choices.dataset")})
     done["value"] = [row.get(f"metric:test_{row['metric']}") for _, row in done.iterrows()]
     done["floor"] = [row.get(f"metric:floor_{row['metric']}") for _, row in done.iterrows()]
+    done["valid_value"] = [validation_of(row) for _, row in done.iterrows()]
+    done["valid_floor"] = [row.get(f"metric:floor_valid_{row['metric']}") for _, row in done.iterrows()]
     done["failed"] = done["status"] == "FAILED"
     private = done["param:choices.privacy"].astype(str) != "none"
     budgets = [epsilon(row) for _, row in done.iterrows()]
@@ -73,53 +78,76 @@ def points(frame: pd.DataFrame) -> pd.DataFrame:
         "param:choices.backbone"].astype(str)  # a preset's row names it (FedMF is FedGNN's method on K = 0)
     grouped = done.groupby(["param:choices.dataset", "metric", "curve", "epsilon"], dropna=False)
     out = grouped.agg(mean=("value", "mean"), std=("value", "std"), runs=("value", "count"), failed=("failed", "sum"),
-                      floor=("floor", "mean"), protects=("protects", lambda s: ", ".join(sorted(set(s) - {""}))),
+                      floor=("floor", "mean"), valid_mean=("valid_value", "mean"), valid_std=("valid_value", "std"),
+                      valid_floor=("valid_floor", "mean"),
+                      protects=("protects", lambda s: ", ".join(sorted(set(s) - {""}))),
                       unit=("unit", lambda s: ", ".join(sorted(set(s) - {""}))))
-    return out.reset_index().rename(columns={"param:choices.dataset": "dataset"}).fillna({"std": 0.0})
+    return out.reset_index().rename(columns={"param:choices.dataset": "dataset"}).fillna({"std": 0.0, "valid_std": 0.0})
+
+
+def validation_of(row: pd.Series) -> float | None:
+    """The tested model's validation utility: the best validation where the run kept that model, else the last."""
+    for name in (f"metric:best_valid_{row['metric']}", f"metric:valid_{row['metric']}"):
+        value = row.get(name)
+        if value is not None and pd.notna(value):
+            return float(value)
+    return None
 
 
 def render(table: pd.DataFrame) -> str:
-    header = ["dataset", "method / backbone", "protects", "ε", "runs", "failed", "test utility", "floor"]
+    header = ["dataset", "method / backbone", "protects", "ε", "runs", "failed", "test utility", "floor",
+              "validation", "validation floor"]
     rows = [[r.dataset, r.curve, r.protects or "nothing",
              "∞" if math.isinf(r.epsilon) else f"{r.epsilon:g}" + (f" {r.unit}" if r.unit != "per upload" else ""),
              str(r.runs), str(r.failed) if r.failed else "",
              f"{r.metric} {r.mean:.4f} ± {r.std:.4f}" if r.runs else "every run failed (reasons in the ledger)",
-             f"{r.floor:.4f}" if pd.notna(r.floor) else ""]
+             _cell(r.floor), f"{r.valid_mean:.4f} ± {r.valid_std:.4f}" if pd.notna(r.valid_mean) else "",
+             _cell(r.valid_floor)]
             for r in table.itertuples()]
     return ("Test utility against the LDP budget ε of one upload (mean ± std over the seeds that finished; failed: "
-            "runs that ended FAILED, e.g. a model the noise drove to non-finite values).\n\n" + markdown(header, rows))
+            "runs that ended FAILED, e.g. a model the noise drove to non-finite values), and the same metric on "
+            "validation for the tested model (its floor where the runs logged one).\n\n" + markdown(header, rows))
 
 
-def plot(table: pd.DataFrame, path: Path) -> None:
+def _cell(value: float) -> str:
+    return f"{value:.4f}" if pd.notna(value) else ""
+
+
+def plot(table: pd.DataFrame, path: Path, part: str = "test") -> None:
+    """One panel per dataset: ``part``'s utility (test, or the tested model's validation) against ε."""
+    mean, std, floor_of = ("mean", "std", "floor") if part == "test" else ("valid_mean", "valid_std", "valid_floor")
+    table = table[table[mean].notna() | (table["runs"] == 0)] if part != "test" else table
     datasets = sorted(table["dataset"].unique())
+    if not datasets:  # no run logged this part
+        return
     fig, axes = plt.subplots(1, len(datasets), figsize=(6.5 * len(datasets), 4.8), squeeze=False)
     for ax, dataset in zip(axes[0], datasets):
-        part = table[table["dataset"] == dataset]
-        finite = part.loc[~part["epsilon"].map(math.isinf), "epsilon"]
+        panel = table[table["dataset"] == dataset]
+        finite = panel.loc[~panel["epsilon"].map(math.isinf), "epsilon"]
         edge = 2 * finite.max() if len(finite) else 1.0  # where ∞ is drawn
-        for curve, line in part.groupby("curve"):
+        for curve, line in panel.groupby("curve"):
             line = line.sort_values("epsilon")
             x = line["epsilon"].where(~line["epsilon"].map(math.isinf), edge)
             noisy = ~line["epsilon"].map(math.isinf)
-            drawn = ax.errorbar(x[noisy], line["mean"][noisy], yerr=line["std"][noisy], marker="o", capsize=3,
+            drawn = ax.errorbar(x[noisy], line[mean][noisy], yerr=line[std][noisy], marker="o", capsize=3,
                                 label=curve)
             if (~noisy).any():
-                ax.errorbar(x[~noisy], line["mean"][~noisy], yerr=line["std"][~noisy], marker="s", capsize=3,
+                ax.errorbar(x[~noisy], line[mean][~noisy], yerr=line[std][~noisy], marker="s", capsize=3,
                             color=drawn[0].get_color())
-                ax.plot(x.iloc[-2:], line["mean"].iloc[-2:], ":", color=drawn[0].get_color())
-        floor = part["floor"].dropna()
+                ax.plot(x.iloc[-2:], line[mean].iloc[-2:], ":", color=drawn[0].get_color())
+        floor = panel[floor_of].dropna()
         if len(floor):
             ax.axhline(float(floor.mean()), ls="--", color="grey", label="floor")
-        lost = part[part["runs"] == 0]  # every run failed: marked at the bottom of the panel
+        lost = panel[panel["runs"] == 0]  # every run failed: marked at the bottom of the panel
         if len(lost):
             ax.plot(lost["epsilon"], [0.0] * len(lost), "x", color="red", transform=ax.get_xaxis_transform(),
                     markersize=10, clip_on=False, label="every run failed")
         ax.set_xscale("log")
         ticks = sorted(finite.unique())
         ax.set_xticks([*ticks, edge], [*[f"{t:g}" for t in ticks], "∞"])
-        units = set(part["unit"]) - {""}
+        units = set(panel["unit"]) - {""}
         ax.set_xlabel("ε = 2δ/λ per coordinate (LDP)" if units == {"per coordinate"} else "ε of one upload (LDP)")
-        ax.set_ylabel(f"test {part['metric'].iloc[0]}")
+        ax.set_ylabel(f"{part} {panel['metric'].iloc[0]}")
         ax.set_title(dataset)
         ax.grid(alpha=.3)
         ax.legend(fontsize=8)
@@ -134,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     text = render(table)
     (out / "table.md").write_text(text + "\n")
     plot(table, out / "privacy-utility.png")
+    plot(table, out / "privacy-utility-valid.png", part="validation")
     print(text)
     return 0
 

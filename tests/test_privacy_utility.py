@@ -58,11 +58,25 @@ def test_a_laplace_scale_set_directly_is_placed_at_its_per_coordinate_epsilon_on
 
 def test_main_draws_the_curves_from_a_ledger(tmp_path):
     ledger = tmp_path / "runs.csv"
-    pd.DataFrame(runs("fedavg", 1.0, [.02]) + runs("fedavg", None, [.06])).to_csv(ledger, index=False)
+    validated = [{**run, "metric:valid_ndcg_at_10": .05} for run in runs("fedavg", 1.0, [.02])]
+    pd.DataFrame(validated + runs("fedavg", None, [.06])).to_csv(ledger, index=False)
     assert main(["--experiment", "nothing-here", "--ledger", str(ledger), "--out", str(tmp_path)]) == 0
     text = (tmp_path / "table.md").read_text()
-    assert "| ∞ " in text and "nothing" in text and "ndcg_at_10 0.0200" in text
+    assert "| ∞ " in text and "nothing" in text and "ndcg_at_10 0.0200" in text and "0.0500 ± 0.0000" in text
     assert (tmp_path / "privacy-utility.png").stat().st_size > 10_000
+    assert (tmp_path / "privacy-utility-valid.png").stat().st_size > 10_000
+
+
+def test_each_point_carries_the_tested_models_validation_utility_and_its_floor():
+    """The best validation where the run kept that model, else the last one; its floor where the runs logged it."""
+    kept = [{**run, "metric:best_valid_ndcg_at_10": .09, "metric:valid_ndcg_at_10": .05,
+             "metric:floor_valid_ndcg_at_10": .07} for run in runs("fedavg", 1.0, [.02])]
+    last = [{**run, "metric:valid_ndcg_at_10": value}
+            for run, value in zip(runs("fedavg", 8.0, [.03, .04]), (.06, .08))]
+    table = points(pd.DataFrame(kept + last + runs("fedavg", None, [.05])))
+    assert list(table["valid_mean"][:2]) == pytest.approx([.09, .07]) and pd.isna(table.loc[2, "valid_mean"])
+    assert table.loc[0, "valid_floor"] == pytest.approx(.07) and pd.isna(table.loc[1, "valid_floor"])
+    assert table.loc[1, "valid_std"] == pytest.approx(0.0141421, rel=1e-4)
 
 
 @pytest.mark.parametrize("overrides,targets", [(["method=fedcl", "privacy=ldp"], ["user_embedding"]),
