@@ -6,8 +6,9 @@ dotted line → ``<out>/table.md`` and ``<out>/privacy-utility.png`` (docs/resul
 the runs logged one): on a split whose test part is unlike its training part (ML-1M's ``split80-20``) the two can
 move in opposite directions under noise.
 
-Utility is Recall@20 on ranking data whose runs all log it (PerFedRec++'s Yelp), else NDCG@10, and RMSE on ratings
-(lower is better), beside the floor of the same split. A curve is named by its preset row where the runs have one.
+Utility is the metric a dataset's runs monitored where they name one (Recall@20 for PerFedRec++'s Yelp and
+rCL4FedRec's ML-1M), else Recall@20 where every run logged its floor, else NDCG@10, and RMSE on ratings (lower is
+better), beside the floor of the same split. A curve is named by its preset row where the runs have one.
 Methods that set the Laplace scale λ directly (FedGNN's family: ``privacy.scale``, L∞ clip δ) are placed at their
 papers' ε = 2δ/λ per coordinate, which the panel's axis says; one of their uploaded rows then costs d times that.
 
@@ -35,8 +36,12 @@ UTILITY = ["recall_at_20", "ndcg_at_10", "rmse"]  # per dataset, the first every
 
 
 def utility_of(runs: pd.DataFrame) -> str:
-    """The utility metric of one dataset's runs: the first of UTILITY whose floor every finished run logged."""
+    """The utility metric of one dataset's runs: the metric they all monitored (``eval.monitor``) where they name
+    one, else the first of UTILITY whose floor every finished run logged."""
     finished = runs[runs["status"] == "FINISHED"]
+    monitors = set(finished.get("param:eval.monitor", pd.Series(dtype=object)).dropna().astype(str)) - {"auto"}
+    if len(monitors) == 1 and finished.get(f"metric:test_{next(iter(monitors))}") is not None:
+        return next(iter(monitors))
     for metric in UTILITY:
         column = f"metric:floor_{metric}"
         if len(finished) and column in finished and finished[column].notna().all():
@@ -116,7 +121,9 @@ def _cell(value: float) -> str:
 def plot(table: pd.DataFrame, path: Path, part: str = "test") -> None:
     """One panel per dataset: ``part``'s utility (test, or the tested model's validation) against ε."""
     mean, std, floor_of = ("mean", "std", "floor") if part == "test" else ("valid_mean", "valid_std", "valid_floor")
-    table = table[table[mean].notna() | (table["runs"] == 0)] if part != "test" else table
+    if part != "test":  # datasets whose runs validated, their validated points and their failed ones
+        validated = set(table.loc[table[mean].notna(), "dataset"])
+        table = table[table["dataset"].isin(validated) & (table[mean].notna() | (table["runs"] == 0))]
     datasets = sorted(table["dataset"].unique())
     if not datasets:  # no run logged this part
         return

@@ -56,6 +56,19 @@ def test_a_laplace_scale_set_directly_is_placed_at_its_per_coordinate_epsilon_on
     assert list(table.loc[table["dataset"] == "ml-100k", "metric"]) == ["ndcg_at_10"]
 
 
+def test_a_datasets_utility_is_the_metric_its_runs_monitored():
+    """Runs that name eval.monitor are measured by it, even where older runs logged no floor (rCL4FedRec's ML-1M
+    runs of before the floor): they used to read as "every run failed"."""
+    older = [{**run, "param:choices.dataset": "ml-1m", "param:eval.monitor": "recall_at_20",
+              "metric:floor_recall_at_20": None} for run in runs("original", None, [.023], metric="recall_at_20")]
+    newer = [{**run, "param:choices.dataset": "ml-1m", "param:eval.monitor": "recall_at_20"}
+             for run in runs("original", 2.0, [.035], metric="recall_at_20")]
+    table = points(pd.DataFrame(older + newer + runs("fedavg", 1.0, [.02])))
+    ml1m = table[table["dataset"] == "ml-1m"]
+    assert set(ml1m["metric"]) == {"recall_at_20"} and list(ml1m["mean"]) == pytest.approx([.035, .023])
+    assert list(table.loc[table["dataset"] == "ml-100k", "metric"]) == ["ndcg_at_10"]  # auto: as before
+
+
 def test_main_draws_the_curves_from_a_ledger(tmp_path):
     ledger = tmp_path / "runs.csv"
     validated = [{**run, "metric:valid_ndcg_at_10": .05} for run in runs("fedavg", 1.0, [.02])]
