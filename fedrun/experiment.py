@@ -304,8 +304,8 @@ def log_dataset(b: Built, tracker: Tracker) -> None:
 
 def log_result_views(b: Built, result: RunResult, floor: dict[str, dict[str, float]], tracker: Tracker,
                      out: Path) -> None:
-    """The results table as a table artifact (``results.json``: metric, test, valid, floor) and the learning
-    curve of the monitored metric (``learning_curve.png``), for the tracker's run page."""
+    """The results table as a table artifact (``results.json``: metric, test, valid, floor, valid floor) and the
+    learning curve of the monitored metric (``learning_curve.png``), for the tracker's run page."""
     parts = {"test": result.test, **({"valid": result.valid} if result.valid else {}),
              **{("valid floor" if name == "valid floor" else "floor"): values for name, values in floor.items()}}
     names = list(result.test)
