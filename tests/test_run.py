@@ -486,6 +486,7 @@ def test_every_result_has_the_floor_of_its_split_beside_it(caplog):
 def test_the_validation_curve_has_the_floor_of_the_validation_part(caplog):
     """Validation has a floor of its own (a part carved from the training data can be easier than the test
     part): logged as floor_valid_* before training, shown in each epoch's line, a column of the results table."""
+    import json
     import logging
 
     from fedrun.eval.floor import floor_metrics
@@ -505,8 +506,6 @@ def test_the_validation_curve_has_the_floor_of_the_validation_part(caplog):
     epoch_lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("epoch ")]
     assert epoch_lines and all(f"(floor {expected['ndcg_at_10']:.4f}" in line for line in epoch_lines)
     local = client.download_artifacts(record.info.run_id, "results.json")
-    import json
-
     table = json.loads(open(local).read())
     assert table["columns"] == ["metric", "test", "valid", "floor", "valid floor"]
     row = next(r for r in table["data"] if r[0] == "ndcg_at_10")
