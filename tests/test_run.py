@@ -700,6 +700,21 @@ def test_the_run_loop_checks_every_run_for_a_risen_loss(monkeypatch):
     assert "fedrun.loss_rose" in record.data.tags
 
 
+@pytest.mark.parametrize("privacy, names_noise", [("item_rows/ldp", True), ("none", False)])
+def test_a_risen_loss_names_the_privacy_noise_only_where_it_reaches_the_model(monkeypatch, caplog, privacy,
+                                                                                names_noise):
+    """FedMF under FedGNN's LDP on Gowalla ended at a training loss of 166 (from .78) and was told to lower its
+    learning rate, while the loss grows with the noise scale (Yelp: .23 without noise, 13.6 at λ .2). Noise on
+    the model updates (``item_rows``) is now named beside the step size; a run without it is told the step size
+    only."""
+    from fedrun.simulator.loop import _Pace
+
+    monkeypatch.setattr(_Pace, "RISE", 1.0)
+    run(["method=fedavg", f"privacy={privacy}"])
+    (line,) = [r.getMessage() for r in caplog.records if "training loss rose" in r.getMessage()]
+    assert ("privacy noise" in line) == names_noise and "method.optimizer.lr" in line
+
+
 def test_a_training_loss_that_rose_tenfold_is_said_and_tagged(caplog):
     """FedGNN without its LDP clip at the lr chosen under it: the loss went from .69 to 4,657, still finite, and
     the run reported the best validated model of epoch 2 as if training had gone well. Such a run now says so."""
