@@ -163,10 +163,12 @@ class EdgeOperator:
     """x ↦ (Σ_{(u→v)} w·x[u])_v for a weighted directed edge list, as a CSR matrix and its transpose
     (``GraphProduct``'s backward). On the CPU the product walks each row's entries in stored order,
     i.e. in edge order, which is also the order in which segment sums over the edge list (``index_add``
-    forward, ``index_put`` backward) add them on one thread: the same bits forward and backward
-    (``tests/test_lightgcn.py``), 3× faster (a PerFedRec++ bucket's ego graphs, one thread: 3.4 ms
-    against 9.7–12.7 ms for two layers forward and backward), and the same bits on any thread count,
-    which the segment sums' backward is not."""
+    forward, ``index_put`` backward) add them on one thread: the same bits forward and backward where
+    MKL's kernel walks a row in stored order (its reference path, ``MKL_CBWR=COMPATIBLE``, and the machines
+    that recorded W13), equal to rounding where its vectorised path adds in another order (an AVX-512
+    Xeon: float32 relative 8e-5 at most; ``tests/test_lightgcn.py``). 3× faster (a PerFedRec++ bucket's ego
+    graphs, one thread: 3.4 ms against 9.7–12.7 ms for two layers forward and backward), and independent of
+    the thread count, which the segment sums' backward is not."""
 
     matrix: torch.Tensor  # [N, N] CSR: row v holds the edges into v
     transpose: torch.Tensor  # [N, N] CSR: row u holds the edges out of u
