@@ -583,6 +583,27 @@ def test_the_report_reads_validation_metrics_against_the_validation_floor():
                       at_valid_floor) == ""  # runs from before the validation floor was logged
 
 
+def test_a_row_from_before_the_floor_was_logged_takes_it_from_runs_on_the_same_split():
+    """The first CL4FedRec run of Table 2 (Recall@20 .0150, under the split's floor .0183) predates the logged
+    floor and went unmarked; the report now reads the floor of the other runs on the same split and protocol."""
+    import pandas as pd
+
+    from fedrun.report.cli import floor_mark
+
+    runs = pd.DataFrame({"param:dataset._target_": ["Ml1m", "Ml1m", "Ml1m", "Yelp"],
+                         "param:dataset.split.protocol": ["predefined"] * 3 + ["loo"],
+                         "param:eval.ks": ["[20]"] * 4,
+                         "param:eval.memory_mb": [None, "256", "256", "256"],  # added after the first run
+                         "metric:floor_recall_at_20": [None, .0183, .0183, .0095]})
+    old, new_ml1m, yelp = runs.iloc[[0]], runs.iloc[[1, 2]], runs.iloc[[3]]
+    under = pd.Series([.0150])
+    assert floor_mark(old, "test_recall_at_20", under) == ""  # no floor of its own
+    assert floor_mark(old, "test_recall_at_20", under, peers=runs) == " (≤ floor 0.0183)"  # not Yelp's .0095
+    assert floor_mark(old, "test_recall_at_20", pd.Series([.0200]), peers=runs) == ""
+    assert floor_mark(old, "test_recall_at_20", under, peers=yelp) == ""  # no run on its split
+    assert floor_mark(new_ml1m, "test_recall_at_20", under, peers=yelp) == " (≤ floor 0.0183)"  # its own first
+
+
 def test_a_store_that_fails_mid_run_is_one_named_error(monkeypatch, caplog):
     """A SQLite store that turns read-only during the run (or fills up) ends it with one line naming the store
     and the step, and the run keeps its first cause (it used to end in a traceback from inside MLflow)."""

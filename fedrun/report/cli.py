@@ -20,6 +20,7 @@ import pandas as pd
 from fedrun.core.paths import config_dir
 from fedrun.errors import ConfigError
 from fedrun.eval.metrics import RATING_METRICS
+from fedrun.method.pop import Pop
 from fedrun.report import ledger, matrix
 from fedrun.report.paper import ALPHA, ROW_KEYS, beside_paper, claim_tests, order_claims, preset_paper
 from fedrun.report.table import markdown, natural_key
@@ -128,29 +129,54 @@ def summarize(frame: pd.DataFrame, metrics: list[str]) -> tuple[list[str], list[
         for m in metrics:
             col = group[f"metric:{m}"].dropna()
             cell = "" if col.empty else f"{col.mean():.4f} ± {col.std(ddof=1) if len(col) > 1 else 0.0:.4f}"
-            cells.append(cell + floor_mark(group, m, col))
+            cells.append(cell + floor_mark(group, m, col, peers=done))
         rows.append(cells)
     return header, rows
 
 
 FLOOR_OF = (("test_", "floor_"), ("best_valid_", "floor_valid_"), ("valid_", "floor_valid_"))  # metric → its floor
 
+SPLIT_PARAMS = ("param:dataset.", "param:eval.")  # what a popularity floor depends on: data, split, protocol
 
-def floor_mark(group: pd.DataFrame, metric: str, values: pd.Series) -> str:
+
+def floor_mark(group: pd.DataFrame, metric: str, values: pd.Series, peers: pd.DataFrame | None = None) -> str:
     """ " (≤ floor .0183)" when the mean of ``metric`` is at or below the floor its runs logged for their
     split and protocol (test metrics: ``floor_*``; validation metrics: ``floor_valid_*``; error metrics: at or
-    above), else ""."""
+    above), else "". Runs from before the floor was logged take it from ``peers`` (the report's other finished
+    runs) on the same dataset, split and evaluation, so an old row under the floor is marked as well."""
     prefix, floor_prefix = next(((p, f) for p, f in FLOOR_OF if metric.startswith(p)), (None, None))
-    if prefix is None:
+    if prefix is None or values.empty:
         return ""
     name = metric[len(prefix):]
     column = f"metric:{floor_prefix}{name}"
-    if values.empty or column not in group or group[column].dropna().empty:
+    logged = group[column].dropna() if column in group else pd.Series(dtype=float)
+    if logged.empty and peers is not None and column in peers and not is_the_floor(group):
+        logged = same_split(peers, group)[column].dropna()
+    if logged.empty:
         return ""
-    floor = float(group[column].dropna().mean())
+    floor = float(logged.mean())
     if name in RATING_METRICS:
         return f" (≥ floor {floor:.4f})" if values.mean() >= floor else ""
     return f" (≤ floor {floor:.4f})" if values.mean() <= floor else ""
+
+
+def is_the_floor(group: pd.DataFrame) -> bool:
+    """Whether the group's runs are the floor itself (``method=pop``), which logs no floor to be judged by."""
+    column = "param:method._target_"
+    return column in group and (as_text(group[[column]])[column] == f"{Pop.__module__}.{Pop.__qualname__}").all()
+
+
+def same_split(peers: pd.DataFrame, group: pd.DataFrame) -> pd.DataFrame:
+    """The runs of ``peers`` on the dataset, split and evaluation protocol of ``group``: each ``dataset.*`` and
+    ``eval.*`` parameter the group logged takes one of the group's values (a parameter added after the group's
+    runs, missing there, is not compared)."""
+    mine, theirs = as_text(group), as_text(peers)
+    same = pd.Series(True, index=peers.index)
+    for column in (c for c in group.columns if c.startswith(SPLIT_PARAMS) and c in theirs):
+        values = set(mine[column]) - {"nan"}
+        if values:
+            same &= theirs[column].isin(values)
+    return peers[same]
 
 
 def variant_columns(done: pd.DataFrame) -> list[str]:
