@@ -14,10 +14,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from fedrun.core import outdir
 from fedrun.core.paths import config_dir
 from fedrun.errors import ConfigError, FedrunError
 from fedrun.simulator.loop import Interrupted
 from fedrun.sweep import marker, request_stop, stop_requested
+
+outdir.register()  # at import: a launcher's worker process unpickles the app from this module
 
 
 def compose(overrides: list[str]) -> DictConfig:

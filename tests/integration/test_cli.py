@@ -96,3 +96,25 @@ def test_parallel_joblib_jobs_share_one_sqlite_store():
     assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {parent.info.run_id}
     # the sweep's run is owned by the Hydra parent process, not by the worker that happened to create it
     assert parent.data.tags["fedrun.owner.pid"] not in {r.data.tags["fedrun.owner.pid"] for r in runs}
+
+
+def test_two_sweeps_started_in_the_same_second_keep_their_own_folders():
+    """Hydra names a sweep's folder after the second it started: two sweeps launched together shared one
+    folder, and with it one checkpoint per job number and one stop marker (stopping one stopped both). Both
+    sweeps here ask for the same folder, as two launched in the same second do; the second gets ``-2``."""
+    same = "hydra.sweep.dir=${fedrun_claim:outputs/multirun/twin}"
+    commands = [[FEDRUN, "-m", *QUICK, "method=pop", "sim.seed=1,2", same, f"track.experiment={name}"]
+                for name in ("twin-a", "twin-b")]
+    sweeps = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in commands]
+    for sweep in sweeps:
+        _, err = sweep.communicate(timeout=300)
+        assert sweep.returncode == 0, err
+    folders = {Path("outputs/multirun/twin"), Path("outputs/multirun/twin-2")}
+    assert all((folder / job / "config.yaml").is_file() for folder in folders for job in ("0", "1"))
+    client = MlflowClient()
+    tags = set()
+    for name in ("twin-a", "twin-b"):
+        runs, (parent,) = jobs_and_parent(client, name)
+        assert len(runs) == 2 and {r.data.tags["mlflow.parentRunId"] for r in runs} == {parent.info.run_id}
+        tags |= {r.data.tags["fedrun.sweep"] for r in runs}
+    assert len(tags) == 2  # each sweep's jobs under its own parent, from its own folder
