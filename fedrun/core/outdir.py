@@ -12,7 +12,6 @@ process or a launcher's workers) all see the folder their parent claimed.
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -24,14 +23,14 @@ def claim(folder: str) -> str:
     """``folder`` if no one has created it yet, else ``folder-2``, ``folder-3``, …: created here, returned."""
     base = Path(folder)
     base.parent.mkdir(parents=True, exist_ok=True)
-    for number in itertools.count(1):
-        candidate = base if number == 1 else base.with_name(f"{base.name}-{number}")
+    candidate, number = base, 1
+    while True:
         try:
             candidate.mkdir()
+            return str(candidate)
         except FileExistsError:
-            continue
-        return str(candidate)
-    raise AssertionError("unreachable")  # itertools.count never ends
+            number += 1
+            candidate = base.with_name(f"{base.name}-{number}")
 
 
 def register() -> None:

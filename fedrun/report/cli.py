@@ -163,7 +163,7 @@ def floor_mark(group: pd.DataFrame, metric: str, values: pd.Series, peers: pd.Da
 def is_the_floor(group: pd.DataFrame) -> bool:
     """Whether the group's runs are the floor itself (``method=pop``), which logs no floor to be judged by."""
     column = "param:method._target_"
-    return column in group and (as_text(group[[column]])[column] == f"{Pop.__module__}.{Pop.__qualname__}").all()
+    return column in group and (group[column].astype(str) == f"{Pop.__module__}.{Pop.__qualname__}").all()
 
 
 def same_split(peers: pd.DataFrame, group: pd.DataFrame) -> pd.DataFrame:
