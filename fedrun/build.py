@@ -109,6 +109,12 @@ def check_combination(method_cls: type, method_config: Any, backbone: Any, priva
         return choices.get(group) or type(component).__name__
 
     method = f"method={name('method', method_cls)}"
+    l2 = backbone.config.l2
+    if l2:  # a weight the loss would never read is refused, not ignored
+        check(method_cls.no_l2 is None, "backbone.l2", l2, f"0 for {method}: {method_cls.no_l2}")
+        check(backbone.user_context != "sequence", "backbone.l2", l2,
+              f"0 with backbone {name('backbone', backbone)}: a sequential backbone's users have no row and no "
+              "method's loss adds an L2 term to its item rows")
     if backbone.user_context == "graph":
         check(method_cls.graph_backbones, "backbone", name("backbone", backbone),
               f"a backbone without a graph for {method}: it has no propagation step (graph backbones run with "

@@ -96,7 +96,7 @@ CASES = [
     Case("fedrecpp-pmf", "rated", ("method=fedrecpp", "backbone=pmf"), "state"),
     Case("fcf-pmf", "rated", ("method=fcf", "backbone=pmf"), "state"),
     Case("privrec-pmf", "rated", ("method=privrec", "backbone=pmf"), "none"),
-    Case("metamf", "rated", ("method=metamf", "backbone=pmf"), "metrics",
+    Case("metamf", "rated", ("method=metamf", "backbone=metamf/pmf"), "metrics",
          "server Adam on the meta network's item generator"),
     Case("lightfr", "rated", ("method=lightfr", "backbone=binary-mf"), "state"),
     Case("fedavg-lightgcn", "implicit", ("method=fedavg", "backbone=lightgcn"), "state"),

@@ -38,7 +38,7 @@ BASE = ["dataset=synthetic", "dataset.n_users=40", "dataset.n_items=60", "datase
 CLASSES = {"zero": "0", "negative": "-3", "nan": "nan", "inf": "inf", "huge": "1e30", "empty": "''",
            "non-ascii": "'é∂'"}
 # each method with a backbone it runs with (the others refuse by capability, which is not a bad value)
-METHOD_BACKBONE = {"fedrec": "pmf", "fedrecpp": "pmf", "metamf": "pmf", "privrec": "pmf", "svdpp": "pmf",
+METHOD_BACKBONE = {"fedrec": "pmf", "fedrecpp": "pmf", "metamf": "metamf/pmf", "privrec": "pmf", "svdpp": "pmf",
                    "fedmf": "pmf", "lightfr": "binary-mf", "median_quantized": "binary-mf", "fcf": "mf"}
 SETTINGS = {  # (group, option) → the overrides that select it
     "dataset": [["dataset=synthetic"]],

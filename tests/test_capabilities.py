@@ -70,7 +70,7 @@ RATED = ["dataset=synthetic", "dataset.n_users=60", "dataset.n_items=80", "datas
     (["defense=sum", "method=central"], "defense", "method=central"),
     ([*MEDIAN, "method=pop"], "defense", "method=pop"),
     ([ATTACK, "method=fcf", *RATED], "attack", "method=fcf"),
-    ([ATTACK, "method=metamf", *RATED, "backbone.dim=8"], "attack", "method=metamf"),
+    ([ATTACK, "method=metamf", *RATED, "backbone.l2=0", "backbone.dim=8"], "attack", "method=metamf"),
     (["privacy=ldp", "privacy.targets=[item_rows]", "method=fedmf", *RATED], "privacy", "method=fedmf"),
     (["privacy=ldp", "privacy.targets=[item_rows]", "method=privrec", *RATED], "privacy", "method=privrec"),
     (["privacy=ldp", "privacy.targets=[item_rows]", "method=fedrecpp", *RATED], "privacy", "method=fedrecpp"),

@@ -165,7 +165,8 @@ PAPER_SETTING = {
     "bil": ("fedcl/gru4rec", "none", "full", "mean", 16),
     "lightfr": ("binary-mf", "none", "lightfr/sampled", "mean", 0.6),
     **{m: ("lightfr/pmf", "none", "lightfr/sampled", "mean", 0.6)
-       for m in ("fcf", "fedmf", "metamf", "privrec", "svdpp", "median_quantized")},
+       for m in ("fcf", "fedmf", "privrec", "svdpp", "median_quantized")},
+    "metamf": ("metamf/pmf", "none", "lightfr/sampled", "mean", 0.6),  # lightfr/pmf without the L2 it never reads
     "fedrec": ("pmf", "none", "full", "mean", "all"),
     "fedrecpp": ("pmf", "none", "full", "mean", "all"),
     **{m: ("rcl4fedrec/ncf", "none", "full", "sum", 256) for m in ("cl4fedrec", "rcl4fedrec", "simgcl", "union")},

@@ -190,6 +190,7 @@ def test_fedcl_learns_on_synthetic_data():
 FAST_CASES = {
     "fedcl": [], "keep-positives": ["method.exclude_positives=false"], "fed": ["method.semi_hard=0", "privacy=none"],
     "data-size": ["defense=mean", "defense.weighting=data_size"], "bil": ["method.spread_weight=0.5"],
+    "l2": ["backbone.l2=0.01"],
 }
 
 

@@ -16,7 +16,7 @@ from fedrun.types import RoundContext, Uploads
 from tests.conftest import make_method, round_of, unpack
 from tests.test_privacy_boundary import server_phase_calls
 
-METAMF = ["method=metamf", "backbone=pmf", "backbone.dim=8", "dataset.ratings=true",
+METAMF = ["method=metamf", "backbone=metamf/pmf", "backbone.dim=8", "dataset.ratings=true",
           "dataset.split.protocol=random_ratio", "dataset.split.valid=false", "method.hidden=16",
           "method.memory=8", "method.user_dim=4", "method.item_factors=3", "method.chunk_rows=7"]
 

@@ -27,6 +27,7 @@ class RoundStats:
 class Method:
     Config: ClassVar[type]
     graph_backbones: ClassVar[bool] = False  # trains graph backbones (LightGCN): propagation over a graph
+    no_l2: ClassVar[str | None] = None  # why its loss has no ``backbone.l2`` term: the run refuses l2 > 0
 
     def __init__(self, config: Any, env: RunEnv):
         self.config = config

@@ -38,6 +38,10 @@ Choices where the paper is open (each a config field, logged with the run):
     negatives cannot contradict the next-item task; docs/reproductions/fedcl.md).
     Measured (GRU4Rec on ML-1M and Yelp): the in-batch negatives are what puts FedCL below "+Fed";
     without them (``in_batch=off``) the semi-hard negatives lift it above "+Fed" (docs/reproductions/fedcl.md).
+  - L2 (``backbone.l2``; the paper names none, so 0 in every preset): per positive, l2·(‖u‖² + ‖p‖²
+    + Σ‖n‖² over its local negatives), averaged over the client's positives as Eq. 1 is, like the other
+    methods' per-example L2. The semi-hard negatives (sent by the server, shared by all the client's
+    positives) carry none. Sequential backbones have no user row and refuse it (``fedrun.build``).
   - Semi-hard negatives that are the client's own positives are dropped from its softmax
     (the client knows its data; the server does not): ``exclude_positives``.
   - Server cache, clustering schedule, Ward on many points: see ``hard_negatives``.
@@ -52,6 +56,7 @@ from typing import ClassVar
 import torch
 
 from fedrun.backbone.base import PublicParams
+from fedrun.backbone.losses import example_sq_norms
 from fedrun.backbone.sequential import SequenceView
 from fedrun.core import hashrng
 from fedrun.core.seeding import derive_seed, generator
@@ -281,11 +286,13 @@ class FedCL(FederatedMethod):
                 semi_valid = ~torch.isin(sent_keys, owner * env.n_items + items)  # [B, T]
         width = candidates.shape[1] + (0 if sent is None else sent.shape[1])
 
+        l2 = env.backbone.config.l2
+
         def example_loss(chunk: torch.Tensor) -> torch.Tensor:
             chunk_owner = owner[chunk]
-            scores = env.backbone.score(gather_rows(step.user, chunk_owner),
-                                        gather_rows(step.item, step.row_of_pair[example_pair[chunk]]),
-                                        step.net)  # [n, 1 + n_local]
+            user = gather_rows(step.user, chunk_owner)  # [n, du]
+            rows = gather_rows(step.item, step.row_of_pair[example_pair[chunk]])  # [n, 1 + n_local, di]
+            scores = env.backbone.score(user, rows, step.net)  # [n, 1 + n_local]
             semi = valid = None
             if sent is not None:
                 clients, client_of = torch.unique(chunk_owner, return_inverse=True)  # the chunk's clients
@@ -295,7 +302,8 @@ class FedCL(FederatedMethod):
                 valid = None if semi_valid is None else semi_valid[chunk_owner]
             local = scores[:, 1:].unsqueeze(1) if self.n_local else None  # [n, 1, n_local]
             ones = torch.ones(chunk.numel(), 1, dtype=torch.bool, device=chunk.device)
-            return mixup_loss(scores[:, :1], ones, local, semi, valid, None)  # [n]
+            loss = mixup_loss(scores[:, :1], ones, local, semi, valid, None)  # [n]
+            return loss + l2 * example_sq_norms(user, rows, 1)[:, 0] if l2 else loss
 
         losses = self.fedsgd_examples(step, owner, sizes, width, example_loss)  # [B] each client's Eq. 1
         return self.fedsgd_result(step, losses)
@@ -334,11 +342,18 @@ class FedCL(FederatedMethod):
             slots.append(problem.neg_slot.reshape(B, -1))
         if self.n_semi:
             slots.append(problem.extra_slot)  # [B, T]
-        scores = self.env.backbone.score(user, slot_rows(item_table, torch.cat(slots, 1)), net)  # [B, S]
+        rows = slot_rows(item_table, torch.cat(slots, 1))  # [B, S, di]
+        scores = self.env.backbone.score(user, rows, net)  # [B, S]
         pos = scores[:, :P]
         local = scores[:, P: P + P * self.n_local].view(B, P, self.n_local) if self.n_local else None
         semi = scores[:, P + P * self.n_local:] if self.n_semi else None
-        return mixup_loss(pos, problem.batch.pos_mask, local, semi, self.semi_valid(problem), None)
+        loss = mixup_loss(pos, problem.batch.pos_mask, local, semi, self.semi_valid(problem), None)
+        l2 = self.env.backbone.config.l2
+        if not l2:
+            return loss
+        weight = problem.batch.pos_mask.to(loss.dtype)  # [B, P]
+        sq_norms = example_sq_norms(user, rows[:, :P * (1 + self.n_local)], P)  # [B, P]
+        return loss + l2 * (sq_norms * weight).sum(1) / weight.sum(1).clamp_min(1)
 
     def semi_valid(self, problem: LocalProblem) -> torch.Tensor | None:
         """[B, T] which semi-hard negatives count: not the client's own positives (``exclude_positives``)."""

@@ -151,6 +151,7 @@ def predict(received: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tens
 
 class MetaMF(FederatedMethod):
     Config = MetaMFConfig
+    no_l2 = "its loss is Eq. 10's rating MSE alone, and its item rows are generated, not learned rows"
 
     def __init__(self, config: MetaMFConfig, env):
         require_rating_model(env, "metamf")
