@@ -23,6 +23,7 @@ items) whose clients step with ``pretrain_optimizer`` (the code: Adam, lr 50 × 
 differ by the noise only — both share the round's pseudo items; τ = 0.2 and
 the noise on every layer are the code's; Eq. 3's unit-norm noise is ``view_noise = 1``, the
 code's ``pretrain_noise`` (value not published) is configurable, default 0.1 (SimGCL's ε).
+The pre-training rounds' loss is Eq. 4 alone: ``backbone.l2`` enters the fine-tuning rounds only.
 """
 
 from __future__ import annotations
