@@ -92,7 +92,8 @@ def plan(cfg: DictConfig) -> Plan:
         eval_config=configs["eval"],
         cfg=cfg,
     )
-    check_combination(classes["method"], p.method_config, p.backbone, p.privacy, p.attack, p.defense, p.choices)
+    check_combination(classes["method"], p.method_config, p.backbone, p.privacy, p.attack, p.defense, p.choices,
+                      p.sim)
     check_experiment_name("experiment_name", cfg.get("experiment_name"))  # a preset's; track.experiment: its Config
     return p
 

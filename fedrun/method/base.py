@@ -27,7 +27,9 @@ class RoundStats:
 class Method:
     Config: ClassVar[type]
     graph_backbones: ClassVar[bool] = False  # trains graph backbones (LightGCN): propagation over a graph
-    no_l2: ClassVar[str | None] = None  # why its loss has no ``backbone.l2`` term: the run refuses l2 > 0
+    # Settings its training never reads ("backbone.l2", "sim.local_epochs"), each with why: the run refuses
+    # any value but the default (0, 1) instead of ignoring it.
+    unread: ClassVar[dict[str, str]] = {}
 
     def __init__(self, config: Any, env: RunEnv):
         self.config = config

@@ -114,7 +114,8 @@ class BIL(FedCL):
     Config = BILConfig
     needs_negatives = False
     unpadded_fast_path = False  # the unpadded pass computes Eq. 1: BIL takes the bucketed one
-    no_l2 = "its loss is the hinge on the positives' similarity and the server's spread-out term, with no L2"
+    unread = {"backbone.l2": "its loss is the hinge on the positives' similarity and the server's spread-out "
+                             "term, with no L2"}
 
     def __init__(self, config: BILConfig, env):
         super().__init__(config, env)

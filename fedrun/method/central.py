@@ -50,6 +50,7 @@ class CentralConfig:
 class Central(Method):
     Config = CentralConfig
     graph_backbones = True  # LightGCN: the whole training graph propagated per mini-batch
+    unread = {"sim.local_epochs": "it trains centrally: a round is one epoch over every training pair, no clients"}
 
     def __init__(self, config: CentralConfig, env: RunEnv):
         super().__init__(config, env)

@@ -76,6 +76,7 @@ class FCFServer(OptimizerServer):
 
 class FCF(FederatedMethod):
     Config = FCFConfig
+    unread = {"sim.local_epochs": "its clients solve their rows in closed form and send one item gradient a round"}
 
     def __init__(self, config: FCFConfig, env):
         if not isinstance(env.backbone, PMF):

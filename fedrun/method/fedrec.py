@@ -66,6 +66,7 @@ class RatingProblem(LocalProblem):
 
 class FedRec(FederatedMethod):
     Config = FedRecConfig
+    unread = {"sim.local_epochs": "each client takes one gradient step on its ratings per round (Alg. 2)"}
 
     def __init__(self, config: FedRecConfig, env):
         require_rating_model(env, type(self).__name__.lower())

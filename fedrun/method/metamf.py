@@ -151,7 +151,8 @@ def predict(received: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tens
 
 class MetaMF(FederatedMethod):
     Config = MetaMFConfig
-    no_l2 = "its loss is Eq. 10's rating MSE alone, and its item rows are generated, not learned rows"
+    unread = {"backbone.l2": "its loss is Eq. 10's rating MSE alone, and its item rows are generated, not learned rows",
+              "sim.local_epochs": "a round is one gradient of each client's loss, back-propagated by the server"}
 
     def __init__(self, config: MetaMFConfig, env):
         require_rating_model(env, "metamf")

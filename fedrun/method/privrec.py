@@ -79,6 +79,7 @@ def clip_clients(uploads: Uploads, bound: float) -> tuple[Uploads, torch.Tensor]
 
 class PrivRec(FederatedMethod):
     Config = PrivRecConfig
+    unread = {"sim.local_epochs": "its clients take method.local_steps inner steps (Reptile's k)"}
 
     def __init__(self, config: PrivRecConfig, env):
         require_rating_model(env, "privrec")
