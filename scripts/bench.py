@@ -214,7 +214,7 @@ def bench_train(work: Workload, args, out: Path) -> str:
     max_diff = check_loop_agrees(general, env, args.rounds + 2)
     t_loop = sum(loop_round(general, env, args.rounds + 3 + r)[0] for r in range(args.loop_rounds)) / args.loop_rounds
     paths.append(("loop (deepcopy)", t_loop))
-    federated_only = ("method.loss_reduction=",)  # FedAvg's keys that central does not have
+    federated_only = ("method.loss_reduction=", "sim.local_epochs=")  # FedAvg's settings that central refuses
     central, _ = build_method([o for o in overrides if not o.startswith(federated_only)]
                               + ["method=central", "method.optimizer.name=sgd", "method.optimizer.lr=0.05",
                                  "method.batch_size=1024", *work.central])
