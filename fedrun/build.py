@@ -98,7 +98,7 @@ def build(node: DictConfig, group: str, base: type[T], **kwargs: Any) -> T:
 
 
 def check_combination(method_cls: type, method_config: Any, backbone: Any, privacy: Any, attack: Any,
-                      defense: Any, choices: dict[str, str], sim: Any = None) -> None:
+                      defense: Any, choices: dict[str, str], sim: Any) -> None:
     """Refuse options that cannot run together, from what each declares (``Needs`` of the method,
     ``linear`` / ``offers_exact_sum`` / ``plain`` of the defense, ``active`` / ``needs`` of the attack,
     ``transforms_uploads`` / ``targets`` of the privacy mechanism, ``user_context`` of the backbone) —
@@ -110,7 +110,7 @@ def check_combination(method_cls: type, method_config: Any, backbone: Any, priva
 
     method = f"method={name('method', method_cls)}"
     settings = {"backbone.l2": (backbone.config.l2, 0.0),  # a setting the method never reads is refused
-                "sim.local_epochs": (getattr(sim, "local_epochs", 1), 1)}
+                "sim.local_epochs": (sim.local_epochs, 1)}
     for field, why in method_cls.unread.items():
         value, default = settings[field]
         check(value == default, field, value, f"{default} for {method}: {why}")

@@ -28,9 +28,17 @@ READS_L2 = {  # method → the overrides it runs with here
 
 
 def trained_tensors(overrides: list[str]) -> dict[str, torch.Tensor]:
+    """Every floating tensor of the method's state after one round, nested server state included."""
     method, _ = make_method([*overrides, "sim.seed=1"])
     round_of(method).train_round(0)
-    return {k: v for k, v in method.state_dict().items() if torch.is_tensor(v) and v.is_floating_point()}
+    tensors, pending = {}, list(method.state_dict().items())
+    while pending:
+        key, value = pending.pop()
+        if isinstance(value, dict):
+            pending += [(f"{key}.{k}", v) for k, v in value.items()]
+        elif torch.is_tensor(value) and value.is_floating_point():
+            tensors[key] = value
+    return tensors
 
 
 def method_overrides(case: str, table: dict[str, list[str]]) -> list[str]:

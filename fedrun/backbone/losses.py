@@ -36,9 +36,13 @@ def per_client_loss(kind: str, pos: torch.Tensor, neg: torch.Tensor | None, mask
         data = (per_pos * weight).sum(1)  # [B]
         return data if not l2 else data + l2 * (sq_norms * weight).sum(1)
     data = (per_pos * weight).sum(1) / per_count.sum(1).clamp_min(1)  # [B]
-    if not l2:
-        return data
-    return data + l2 * (sq_norms * weight).sum(1) / weight.sum(1).clamp_min(1)
+    return data + mean_l2(l2, sq_norms, mask) if l2 else data
+
+
+def mean_l2(l2: float, sq_norms: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """l2 · the mean of ``sq_norms`` [B, P] over each client's examples (``mask`` [B, P]) → [B]."""
+    weight = mask.to(sq_norms.dtype)
+    return l2 * (sq_norms * weight).sum(1) / weight.sum(1).clamp_min(1)
 
 
 def example_sq_norms(user: torch.Tensor, vectors: torch.Tensor, n_pos: int) -> torch.Tensor:

@@ -56,7 +56,7 @@ from typing import ClassVar
 import torch
 
 from fedrun.backbone.base import PublicParams
-from fedrun.backbone.losses import example_sq_norms
+from fedrun.backbone.losses import example_sq_norms, mean_l2
 from fedrun.backbone.sequential import SequenceView
 from fedrun.core import hashrng
 from fedrun.core.seeding import derive_seed, generator
@@ -351,9 +351,8 @@ class FedCL(FederatedMethod):
         l2 = self.env.backbone.config.l2
         if not l2:
             return loss
-        weight = problem.batch.pos_mask.to(loss.dtype)  # [B, P]
         sq_norms = example_sq_norms(user, rows[:, :P * (1 + self.n_local)], P)  # [B, P]
-        return loss + l2 * (sq_norms * weight).sum(1) / weight.sum(1).clamp_min(1)
+        return loss + mean_l2(l2, sq_norms, problem.batch.pos_mask)
 
     def semi_valid(self, problem: LocalProblem) -> torch.Tensor | None:
         """[B, T] which semi-hard negatives count: not the client's own positives (``exclude_positives``)."""
