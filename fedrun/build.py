@@ -119,6 +119,13 @@ def check_combination(method_cls: type, method_config: Any, backbone: Any, priva
         check(backbone.user_context != "sequence", "backbone.l2", l2,
               f"0 with backbone {name('backbone', backbone)}: a sequential backbone's users have no row and no "
               "method's loss adds an L2 term to its item rows")
+        step_lr = method_cls.l2_step_lr(method_config)
+        if step_lr:
+            shrink = 1 - 2 * step_lr * l2  # what one local step's L2 term multiplies a user row by
+            check(shrink > 0, "backbone.l2", l2,
+                  f"a value under {1 / (2 * step_lr):.3g} for {method} at its user rows' lr {step_lr:g}: one local "
+                  f"step multiplies each user row by 1 − 2·lr·l2 = {shrink:.3g} through the L2 term, which flips "
+                  "the row's sign instead of shrinking it (or lower method.optimizer.user_lr)")
     if backbone.user_context == "graph":
         check(method_cls.graph_backbones, "backbone", name("backbone", backbone),
               f"a backbone without a graph for {method}: it has no propagation step (graph backbones run with "

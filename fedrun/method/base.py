@@ -31,6 +31,14 @@ class Method:
     # any value but the default (0, 1) instead of ignoring it.
     unread: ClassVar[dict[str, str]] = {}
 
+    @classmethod
+    def l2_step_lr(cls, config: Any) -> float | None:
+        """The lr of the plain-SGD local step on a private user row u whose L2 term's gradient is 2·l2·u (u's
+        ‖u‖² in each example, the loss their mean): through that term one step multiplies the row by
+        1 − 2·lr·l2, which ``fedrun.build.check_combination`` keeps above 0. None where the method's L2 is
+        not such a step (Adam, momentum, a summed loss, no private row)."""
+        return None
+
     def __init__(self, config: Any, env: RunEnv):
         self.config = config
         self.env = env

@@ -162,6 +162,13 @@ class FedAvg(FederatedMethod):
             loss = loss + 0.5 * backbone.config.l2 * (user.pow(2).sum(-1) + rows)
         return loss
 
+    @classmethod
+    def l2_step_lr(cls, config: FedAvgConfig) -> float | None:
+        """Per-example L2 on a loss that is the client's mean (``balanced`` too, for the user row): each
+        example holds ‖u‖², so a plain-SGD step shrinks u by 2·user_lr·l2 through it."""
+        mean_l2 = config.loss_reduction in ("mean", "balanced") and config.l2_scope == "example"
+        return config.optimizer.private_lr if mean_l2 and config.optimizer.is_plain_sgd else None
+
     def fedsgd_exact(self) -> bool:
         """The FedSGD pass computes the per-client mean loss with per-example L2 only, on the rows
         themselves (a graph backbone's clients score propagated rows: no per-example pass)."""

@@ -41,7 +41,9 @@ Choices where the paper is open (each a config field, logged with the run):
   - L2 (``backbone.l2``; the paper names none, so 0 in every preset): per positive, l2·(‖u‖² + ‖p‖²
     + Σ‖n‖² over its local negatives), averaged over the client's positives as Eq. 1 is, like the other
     methods' per-example L2. The semi-hard negatives (sent by the server, shared by all the client's
-    positives) carry none. Sequential backbones have no user row and refuse it (``fedrun.build``).
+    positives) carry none. Sequential backbones have no user row and refuse it (``fedrun.build``). One
+    local step multiplies a user row by 1 − 2·user_lr·l2 through it: l2 ≥ 1 / (2·user_lr) (.05 at lr 10)
+    would flip the row's sign each step, and is refused (measured: l2 .1 diverged, docs/results/below-floor.md).
   - Semi-hard negatives that are the client's own positives are dropped from its softmax
     (the client knows its data; the server does not): ``exclude_positives``.
   - Server cache, clustering schedule, Ward on many points: see ``hard_negatives``.
@@ -157,6 +159,12 @@ class FedCL(FederatedMethod):
     @classmethod
     def needs(cls, config: FedCLConfig) -> Needs:
         return Needs(user_contexts=frozenset({"ids", "sequence"}))
+
+    @classmethod
+    def l2_step_lr(cls, config: FedCLConfig) -> float | None:
+        """Each positive's L2 holds ‖u‖² and the loss is their mean (Eq. 1), so a plain-SGD step shrinks u
+        by 2·lr·l2 through it: at the default lr 10, l2 must stay under .05."""
+        return config.optimizer.private_lr if config.optimizer.is_plain_sgd else None
 
     @classmethod
     def shares_embeddings(cls, config: FedCLConfig) -> bool:
