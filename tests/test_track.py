@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 
 import pytest
 from mlflow.tracking import MlflowClient
+
+from fedrun.simulator.signals import release_what_it_cut_short
+from fedrun.track.mlflow import TrackingError, store_call
 
 OPEN_AND_START = """
 import sys
@@ -178,3 +182,54 @@ def test_a_store_that_fails_while_tidying_others_runs_does_not_stop_this_one(tmp
         tracker.start("tidy", "this run", {}, {})
     assert "Could not check this experiment's runs left RUNNING: search failed" in caplog.text
     assert MlflowClient(tracker.uri).get_run(tracker.run_id).info.status == "RUNNING"
+
+
+def _copy_cut_short_by_an_abort():
+    """What MLflow's artifact copy did under a second SIGINT: the abort lands mid-copy, and the copy's
+    clean-up then fails on the file it was writing."""
+    try:
+        raise KeyboardInterrupt("second SIGINT")
+    finally:
+        raise OSError(9, "Bad file descriptor")
+
+
+def test_an_abort_inside_a_store_call_stays_an_abort_not_a_store_failure():
+    """Seen under load in `test_second_interrupt_aborts_at_once_without_traceback`: the OSError left behind by
+    an aborted copy was reported as a failing store (exit 2) instead of the abort (exit 130 / 143)."""
+    with pytest.raises(KeyboardInterrupt, match="second SIGINT"):
+        with store_call("sqlite:///x.db", "storing the checkpoint"):
+            _copy_cut_short_by_an_abort()
+    with pytest.raises(TrackingError, match="storing the checkpoint: .*Bad file descriptor"):
+        with store_call("sqlite:///x.db", "storing the checkpoint"):
+            raise OSError(9, "Bad file descriptor")
+
+
+def _read_cut_short(reader: sqlite3.Connection):
+    cursor = reader.execute("SELECT x FROM t")
+    for _ in cursor:
+        raise KeyboardInterrupt("second SIGINT")  # lands mid-read, as a second Ctrl-C in MLflow's get_run did
+
+
+@pytest.mark.parametrize("released", [False, True])
+def test_an_aborted_store_read_no_longer_locks_the_store_once_released(tmp_path, released):
+    """The cursor of an aborted read lives on in the abort's frames and keeps SQLite's shared lock, so the write
+    marking the run KILLED failed with "database is locked"; releasing the abort's frames frees it."""
+    database = tmp_path / "store.db"
+    with sqlite3.connect(database) as setup:
+        setup.execute("CREATE TABLE t (x)")
+        setup.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(100)])
+    reader, writer = sqlite3.connect(database), sqlite3.connect(database, timeout=0.05)
+    try:
+        _read_cut_short(reader)
+    except KeyboardInterrupt as abort:
+        if released:
+            release_what_it_cut_short(abort)
+        reader.rollback()  # what the pool does with a returned connection: no effect on a pending read
+        try:
+            writer.execute("INSERT INTO t VALUES (-1)")
+            writer.commit()
+            wrote = True
+        except sqlite3.OperationalError as err:
+            assert "locked" in str(err)
+            wrote = False
+    assert wrote == released

@@ -59,15 +59,35 @@ RESUME_HINT = ("The run's last periodic checkpoint (sim.checkpoint_every) can be
 @contextlib.contextmanager
 def store_call(uri: str, what: str, hint: str = RESUME_HINT) -> Iterator[None]:
     """Translate any failure of the store into one ``TrackingError`` line naming the store and the step
-    (``hint``: what the user can do; by default, resume from the last checkpoint)."""
+    (``hint``: what the user can do; by default, resume from the last checkpoint).
+
+    An abort (a second Ctrl-C / SIGTERM, a ``KeyboardInterrupt``) that lands inside the store's call can leave
+    a different error behind as the library cleans up (an ``OSError`` "Bad file descriptor" from a copy it cut
+    short). That error is the abort's echo, not a failing store: the abort itself goes on, so the run is still
+    marked KILLED and the process exits with the signal's code."""
     try:
         yield
     except FedrunError:
         raise
     except Exception as err:  # MlflowException, sqlite3 / SQLAlchemy errors, OSError, HTTP errors
+        abort = _abort_behind(err)
+        if abort is not None:
+            raise abort from None
         cause = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise TrackingError(f"The tracking store {uri} failed while {what}: {cause[:300]}." + (f" {hint}" if hint else
                                                                                               "")) from None
+
+
+def _abort_behind(err: BaseException) -> KeyboardInterrupt | None:
+    """The ``KeyboardInterrupt`` that ``err`` was raised while handling, if any (its implicit context chain)."""
+    seen: set[int] = set()
+    cause = err.__context__
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__context__
+    return None
 
 
 def default_uri() -> str:
