@@ -709,6 +709,22 @@ def test_without_the_progress_bar_each_epoch_logs_one_line(caplog):
     assert not [r for r in caplog.records if r.getMessage().startswith("epoch ")]  # the bar shows it instead
 
 
+def test_the_time_left_counts_training_and_the_validations_left_apart(caplog):
+    """A FedCL run resumed at round 10,324 validated 800 rounds later and said "30 min per epoch, 7.5 h left":
+    the validation's minutes were spread over those 800 rounds as if each round cost that much. Resumed here
+    at epoch 8 of 20 with validation every 5 epochs: 200 rounds at .1 s and one 30 s validation since, so
+    10 s of training per epoch and 1,000 rounds (100 s) plus two validations (60 s) left."""
+    from fedrun.simulator.checkpoint import RunnerState
+    from fedrun.simulator.loop import _Pace
+
+    caplog.set_level("INFO", logger="fedrun")
+    pace = _Pace(first_round=800, n_rounds=2000, per_epoch=100, train_seconds=50.0, eval_every=5)
+    pace.validation_seconds.append(30.0)
+    pace.losses.append(0.5)
+    pace.close_epoch(RunnerState(next_round=1000, train_seconds=70.0), None, log_it=True)
+    assert caplog.records[-1].getMessage() == "epoch 10/20: loss 0.5000; 10 s per epoch, 3 min left"  # 160 s
+
+
 def test_the_run_loop_checks_every_run_for_a_risen_loss(monkeypatch):
     """The check is wired into every run: with the threshold at 1× (any last epoch at or above the lowest), an
     ordinary run is tagged."""

@@ -67,7 +67,8 @@ def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimC
     bar = tqdm(total=n_rounds, initial=state.next_round, desc=label, disable=not sim.progress,
                dynamic_ncols=True, unit="round")
     # epoch losses; without the bar, one log line per epoch
-    pace = _Pace(state.next_round, n_rounds, per_epoch, valid_floor)
+    pace = _Pace(state.next_round, n_rounds, per_epoch, valid_floor, state.train_seconds,
+                 sim.eval_every if has_valid else 0)
     with graceful_stop(stop_file) as stop:
         while state.next_round < n_rounds and not _patience_spent(state, sim):
             round_index = state.next_round
@@ -86,7 +87,8 @@ def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimC
             if validated:
                 started = time.perf_counter()
                 state.valid = evaluator.evaluate(method, "valid")
-                state.eval_seconds += time.perf_counter() - started
+                pace.validation_seconds.append(time.perf_counter() - started)
+                state.eval_seconds += pace.validation_seconds[-1]
                 tracker.log_metrics({f"valid_{k}": v for k, v in state.valid.items()}, step=round_index + 1)
                 if sim.selects_on_validation:
                     _track_best(state, method, evaluator, sim.keep_best, round_index + 1)
@@ -162,14 +164,20 @@ def _select_tested_model(state: RunnerState, method: Method, evaluator: Evaluato
 class _Pace:
     """Each epoch's mean training loss, and the progress a run without its bar (``sim.progress=false``: batch
     jobs, sweeps) reports in its log, one line per epoch: that loss, the validation just taken (with the
-    validation floor and the best so far), the time per epoch and what is left."""
+    validation floor and the best so far), the training time per epoch and what is left.
+
+    What is left is the training rate times the rounds left plus the mean validation times the validations
+    left: one rate over both read a resumed run's first validation, taken a few hundred rounds in, as if
+    every round cost that much (a FedCL run resumed mid-epoch said 7.5 h left, for about 2.5 h)."""
 
     RISE = 10.0  # a last epoch's loss this many times the lowest epoch's: the training diverged
 
-    def __init__(self, first_round: int, n_rounds: int, per_epoch: int, valid_floor: float | None = None):
+    def __init__(self, first_round: int, n_rounds: int, per_epoch: int, valid_floor: float | None = None,
+                 train_seconds: float = 0.0, eval_every: int = 0):
         self.first_round, self.n_rounds, self.per_epoch = first_round, n_rounds, per_epoch
-        self.valid_floor = valid_floor
-        self.started = time.perf_counter()
+        self.valid_floor, self.eval_every = valid_floor, eval_every
+        self.train_seconds_before = train_seconds  # a resumed run's training time before this process
+        self.validation_seconds: list[float] = []  # each validation this process took
         self.losses: list[float] = []  # the current epoch's round losses
         self.epoch_losses: list[float] = []  # the mean of each epoch this process ran
 
@@ -179,7 +187,7 @@ class _Pace:
         if not log_it:
             return
         done = state.next_round - self.first_round  # rounds this process ran (a resumed run starts later)
-        seconds_per_round = (time.perf_counter() - self.started) / max(done, 1)
+        seconds_per_round = (state.train_seconds - self.train_seconds_before) / max(done, 1)
         epochs = math.ceil(self.n_rounds / self.per_epoch)
         line = f"epoch {state.next_round // self.per_epoch}/{epochs}: loss {self.epoch_losses[-1]:.4f}"
         if monitor is not None:
@@ -188,8 +196,15 @@ class _Pace:
             if state.best_valid is not None:
                 notes.append(f"best {state.best_valid:.4f}, epoch {state.best_round / self.per_epoch:g}")
             line += f" ({'; '.join(notes)})" if notes else ""
-        left = (self.n_rounds - state.next_round) * seconds_per_round
+        left = (self.n_rounds - state.next_round) * seconds_per_round + self._validations_left(state) * (
+            sum(self.validation_seconds) / len(self.validation_seconds) if self.validation_seconds else 0.0)
         log.info("%s; %s per epoch, %s left", line, _duration(seconds_per_round * self.per_epoch), _duration(left))
+
+    def _validations_left(self, state: RunnerState) -> int:
+        if not self.eval_every:
+            return 0
+        epoch, epochs = state.next_round // self.per_epoch, self.n_rounds // self.per_epoch
+        return epochs // self.eval_every - epoch // self.eval_every
 
     def check_rise(self, tracker: Tracker, noisy_updates: bool = False) -> None:
         """A training loss that ended ``RISE`` times above its lowest epoch is said in one line and tagged
