@@ -36,7 +36,7 @@ from fedrun.sim.env import RunEnv
 from fedrun.simulator import checkpoint
 from fedrun.simulator.checkpoint import RunnerState
 from fedrun.simulator.loop import Interrupted, RunResult, run_loop
-from fedrun.simulator.signals import interrupts_ignored, release_what_it_cut_short
+from fedrun.simulator.signals import interrupts_ignored
 from fedrun.simulator.trainer import Trainer, trainer_for
 from fedrun.sweep import OVERRIDES
 from fedrun.sweep import marker as sweep_marker
@@ -241,13 +241,11 @@ def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) ->
         with interrupts_ignored():
             tracker.finish("KILLED", str(err))
         raise
-    except KeyboardInterrupt as abort:
-        release_what_it_cut_short(abort)  # a store read it cut short would lock the store against the write below
+    except KeyboardInterrupt:
         with interrupts_ignored():
             tracker.finish("KILLED", "aborted by a second interrupt (no checkpoint written for this round)")
         raise
     except BaseException as err:
-        release_what_it_cut_short(err)
         with interrupts_ignored():
             try:
                 tracker.finish("FAILED", f"{type(err).__name__}: {err}")

@@ -3,11 +3,9 @@ KeyboardInterrupt, so the run is still recorded KILLED and a half-written checkp
 
 from __future__ import annotations
 
-import gc
 import signal
 import sys
 import threading
-import traceback
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -68,18 +66,3 @@ def interrupts_ignored() -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
-
-
-def release_what_it_cut_short(error: BaseException) -> None:
-    """Free what the calls an exception cut short still hold through its traceback's frames.
-
-    A second Ctrl-C that lands while MLflow reads the SQLite store leaves that read's cursor alive in the
-    frames of the ``KeyboardInterrupt``, and a pending SQLite read keeps the database's shared lock: the write
-    that marks the run KILLED then waits and fails with "database is locked" (seen under load). Clearing the
-    frames' locals (the exception and any it was raised while handling) frees the cursor and the lock."""
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        traceback.clear_frames(error.__traceback__)  # frames still running (this caller's) keep their locals
-        error = error.__context__
-    gc.collect()  # a cursor held in a reference cycle

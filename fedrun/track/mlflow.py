@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import logging
 import os
 import shutil
 import sqlite3
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -64,13 +66,15 @@ def store_call(uri: str, what: str, hint: str = RESUME_HINT) -> Iterator[None]:
     An abort (a second Ctrl-C / SIGTERM, a ``KeyboardInterrupt``) that lands inside the store's call can leave
     a different error behind as the library cleans up (an ``OSError`` "Bad file descriptor" from a copy it cut
     short). That error is the abort's echo, not a failing store: the abort itself goes on, so the run is still
-    marked KILLED and the process exits with the signal's code."""
+    marked KILLED and the process exits with the signal's code. An abort the caller is already handling (the
+    write that marks the run KILLED) is not this call's: a failure there is the store's."""
+    handled = sys.exc_info()[1]
     try:
         yield
     except FedrunError:
         raise
     except Exception as err:  # MlflowException, sqlite3 / SQLAlchemy errors, OSError, HTTP errors
-        abort = _abort_behind(err)
+        abort = _abort_behind(err, handled)
         if abort is not None:
             raise abort from None
         cause = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
@@ -78,16 +82,34 @@ def store_call(uri: str, what: str, hint: str = RESUME_HINT) -> Iterator[None]:
                                                                                               "")) from None
 
 
-def _abort_behind(err: BaseException) -> KeyboardInterrupt | None:
-    """The ``KeyboardInterrupt`` that ``err`` was raised while handling, if any (its implicit context chain)."""
+def _abort_behind(err: BaseException, handled: BaseException | None) -> KeyboardInterrupt | None:
+    """The ``KeyboardInterrupt`` that ``err`` was raised while handling, if any (its implicit context chain),
+    short of ``handled``: the exception being handled when the store's call began."""
     seen: set[int] = set()
     cause = err.__context__
-    while cause is not None and id(cause) not in seen:
+    while cause is not None and cause is not handled and id(cause) not in seen:
         if isinstance(cause, KeyboardInterrupt):
             return cause
         seen.add(id(cause))
         cause = cause.__context__
     return None
+
+
+def close_reads_cut_short() -> None:
+    """Close every SQLite cursor still open in this process, before the writes that record a stopped run.
+
+    A second Ctrl-C that lands while MLflow reads the store (SQLAlchemy processing a run's rows) leaves that
+    read's cursor open: SQLAlchemy's row-processing closures keep it. A pending SQLite read holds the database's
+    shared lock, so the write marking the run KILLED waited out MLflow's 20 s busy timeout and failed with
+    "database is locked", leaving the run RUNNING (seen under load, about 1 double Ctrl-C in 30). Once a run
+    is aborted or has failed, no read of this process is still in flight (the run loop is single-threaded), and
+    each write opens its own cursor."""
+    for obj in gc.get_objects():
+        if issubclass(type(obj), sqlite3.Cursor):  # type(): isinstance reads __class__, which warns on some objects
+            try:
+                obj.close()
+            except sqlite3.ProgrammingError:  # made in another thread: not a read this run cut short
+                pass
 
 
 def default_uri() -> str:
@@ -252,6 +274,8 @@ class Mlflow(Tracker):
     def finish(self, status: str, reason: str | None = None) -> None:
         if self._run_id is None:
             return
+        if status != "FINISHED" and self.uri.startswith("sqlite:"):
+            close_reads_cut_short()
         self.flush()
         with store_call(self.uri, f"marking the run {status}"):
             if reason:
