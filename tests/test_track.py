@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 
@@ -233,3 +234,19 @@ def test_a_second_ctrl_c_inside_a_store_read_still_marks_the_run_killed(tmp_path
             pytest.fail(f"marking the run KILLED failed: {echo!r}")
     run = MlflowClient(uri).get_run(tracker.run_id)
     assert run.info.status == "KILLED"
+
+
+@pytest.mark.parametrize("uri, waits", [("sqlite:///store.db", True), ("http://127.0.0.1:5000", False)])
+def test_a_ctrl_c_inside_a_local_store_call_waits_for_the_call_to_end(uri, waits):
+    """The root of the lock above: the abort no longer lands inside a SQLite call, it is delivered as the call
+    ends. A tracking server's call may wait out a long timeout, so there Ctrl-C acts at once."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    call_ended = False
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with store_call(uri, "reading the run"):
+                signal.raise_signal(signal.SIGINT)
+                call_ended = True
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert call_ended == waits

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fedrun.errors import ConfigError, FedrunError, check
+from fedrun.simulator.signals import interrupts_deferred
 from fedrun.track.base import Tracker
 from fedrun.track.liveness import SWEEP_OWNER, gone_reason, owner_tags
 
@@ -67,10 +68,14 @@ def store_call(uri: str, what: str, hint: str = RESUME_HINT) -> Iterator[None]:
     a different error behind as the library cleans up (an ``OSError`` "Bad file descriptor" from a copy it cut
     short). That error is the abort's echo, not a failing store: the abort itself goes on, so the run is still
     marked KILLED and the process exits with the signal's code. An abort the caller is already handling (the
-    write that marks the run KILLED) is not this call's: a failure there is the store's."""
+    write that marks the run KILLED) is not this call's: a failure there is the store's.
+
+    On a SQLite store a signal waits for the call to end (``interrupts_deferred``): an abort inside a read
+    left the store locked against the write that records the run's end."""
     handled = sys.exc_info()[1]
     try:
-        yield
+        with interrupts_deferred() if uri.startswith("sqlite:") else contextlib.nullcontext():
+            yield  # a local store's call is short; a server's may wait out a timeout, so Ctrl-C is not held
     except FedrunError:
         raise
     except Exception as err:  # MlflowException, sqlite3 / SQLAlchemy errors, OSError, HTTP errors
