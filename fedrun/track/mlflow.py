@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedrun.core.interrupts import interrupts_deferred
 from fedrun.errors import ConfigError, FedrunError, check
-from fedrun.simulator.signals import interrupts_deferred
 from fedrun.track.base import Tracker
 from fedrun.track.liveness import SWEEP_OWNER, gone_reason, owner_tags
 
