@@ -203,7 +203,6 @@ def test_an_abort_inside_a_store_call_stays_an_abort_not_a_store_failure():
             raise OSError(9, "Bad file descriptor")
 
 
-
 def test_a_second_ctrl_c_inside_a_store_read_still_marks_the_run_killed(tmp_path, monkeypatch):
     """The double Ctrl-C of `test_second_interrupt_aborts_at_once_without_traceback`, made deterministic: the
     abort lands while SQLAlchemy processes the rows of MLflow's get_run (inside log_checkpoint), where it
