@@ -249,3 +249,32 @@ def test_a_ctrl_c_inside_a_local_store_call_waits_for_the_call_to_end(uri, waits
     finally:
         signal.signal(signal.SIGINT, previous)
     assert call_ended == waits
+
+
+def test_a_store_that_fails_while_reopening_a_run_is_one_named_line_not_a_fresh_run(tmp_path):
+    """Resuming reopens the checkpoint's run. A store that fails there (here: locked) is said as the store's
+    failure; only a run the store does not hold any more makes the continuation a new run."""
+    import sqlite3
+
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import INTERNAL_ERROR, RESOURCE_DOES_NOT_EXIST
+
+    from fedrun.track.mlflow import Mlflow, MlflowConfig
+
+    tracker = Mlflow(MlflowConfig(uri=f"sqlite:///{tmp_path / 'store.db'}", experiment="resumed"))
+
+    class Store:
+        def __init__(self, failure):
+            self.failure = failure
+
+        def get_run(self, run_id):
+            raise self.failure
+
+    tracker.client = Store(sqlite3.OperationalError("database is locked"))
+    with pytest.raises(TrackingError, match="reopening the run to resume it: database is locked. Nothing was"):
+        tracker.resume("0123")
+    tracker.client = Store(MlflowException("(sqlite3.OperationalError) disk I/O error", error_code=INTERNAL_ERROR))
+    with pytest.raises(TrackingError, match="reopening the run"):
+        tracker.resume("0123")
+    tracker.client = Store(MlflowException("Run with id=0123 not found", error_code=RESOURCE_DOES_NOT_EXIST))
+    assert tracker.resume("0123") is False

@@ -55,6 +55,7 @@ class TrackingError(FedrunError):
     """The tracking store failed during a run (read-only or full SQLite file, a server that went away)."""
 
 
+REOPEN_HINT = "Nothing was trained and the checkpoint is unchanged: resume again once the store works."
 RESUME_HINT = ("The run's last periodic checkpoint (sim.checkpoint_every) can be resumed with sim.resume=<its path> "
                "once the store works again.")
 
@@ -186,16 +187,19 @@ class Mlflow(Tracker):
     def resume(self, run_id: str) -> bool:
         from mlflow.exceptions import MlflowException
 
-        client = self._client()
-        try:
-            run = client.get_run(run_id)
-        except MlflowException:
-            return False
-        if run.info.status == "FINISHED":
-            return False  # never reopened: its results stay as recorded, the continuation is a new run
-        client.update_run(run_id, status="RUNNING")
-        for key, value in {"fedrun.resumed": "true", **owner_tags()}.items():
-            client.set_tag(run_id, key, value)
+        with store_call(self.uri, "reopening the run to resume it", hint=REOPEN_HINT):
+            client = self._client()
+            try:
+                run = client.get_run(run_id)
+            except MlflowException as err:
+                if err.error_code != "RESOURCE_DOES_NOT_EXIST":
+                    raise  # a store that fails is not a run that is gone
+                return False
+            if run.info.status == "FINISHED":
+                return False  # never reopened: its results stay as recorded, the continuation is a new run
+            client.update_run(run_id, status="RUNNING")
+            for key, value in {"fedrun.resumed": "true", **owner_tags()}.items():
+                client.set_tag(run_id, key, value)
         self._run_id, self.experiment_id = run_id, run.info.experiment_id
         return True
 
