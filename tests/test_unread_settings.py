@@ -102,3 +102,17 @@ def refused_before_any_data(overrides, field, value, default, why, tmp_path, mon
         plan(compose_cfg(SMALL + [*overrides, f"{field}={value}"]))
     assert refused.value.field == field and why in str(refused.value) and "\n" not in str(refused.value)
     plan(compose_cfg(SMALL + [*overrides, f"{field}={default}"]))  # the same run with the default is accepted
+
+
+@pytest.mark.parametrize("overrides,l2", [
+    (["+experiment=fedcl/table2", "row=fedcl/fed"], .03), (["+experiment=fedcl/table2", "row=fedcl/fedcl"], .03),
+    (["+experiment=fedcl/table2", "row=fedcl/central"], 0.0), (["+experiment=fedcl/table2", "row=fedcl/bil"], 0.0),
+    (["method=bil"], 0.0), (["method=fedcl"], .03),
+])
+def test_fedcl_ncf_regularizes_the_federated_rows_and_bil_still_plans(overrides, l2, tmp_path, monkeypatch):
+    """The validated L2 of FedCL's federated NeuMF (issue #35) comes with ``backbone=fedcl/ncf``; the central
+    rows keep the recorded 0, and BIL, which reads no L2, is set back to 0 rather than refused."""
+    monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "no-data-here"))
+    cfg = compose_cfg([*overrides, "backbone=fedcl/ncf"])
+    assert cfg.backbone.l2 == l2
+    plan(compose_cfg(SMALL + [*overrides, "backbone=fedcl/ncf"]))
