@@ -44,8 +44,8 @@ Choices where the paper is open (each a config field, logged with the run):
     positives) carry none. Sequential backbones have no user row and refuse it (``fedrun.build``). One
     local step multiplies a user row by 1 − 2·user_lr·l2 through it: l2 ≥ 1 / (2·user_lr) (.05 at lr 10)
     would flip the row's sign each step, and is refused (measured: l2 .1 diverged, docs/results/below-floor.md).
-    The NCF presets (``backbone=fedcl/ncf``) use 3e-2, chosen on validation from 1e-3 / 1e-2 / 3e-2: without
-    it the federated NeuMF overfits and the "+Fed" rows sat at the popularity floor (issue #35).
+    The NCF presets (``backbone=fedcl/ncf``) use 3e-2, chosen on ML-1M and Sports validation from 1e-3 / 1e-2
+    / 3e-2: without it the federated NeuMF overfits and the "+Fed" rows sat at the popularity floor (issue #35).
   - Semi-hard negatives that are the client's own positives are dropped from its softmax
     (the client knows its data; the server does not): ``exclude_positives``.
   - Server cache, clustering schedule, Ward on many points: see ``hard_negatives``.
