@@ -19,6 +19,7 @@ from fedrun.attack._targets import choose_targets
 from fedrun.attack.base import Attack, AttackConfig, AttackSetup
 from fedrun.backbone.base import Backbone
 from fedrun.build import build, check_combination, parse_config, resolve_target
+from fedrun.core.interrupts import interrupts_ignored
 from fedrun.core.seeding import derive_seed
 from fedrun.data.files import data_dir
 from fedrun.dataset.base import Dataset
@@ -36,7 +37,6 @@ from fedrun.sim.env import RunEnv
 from fedrun.simulator import checkpoint
 from fedrun.simulator.checkpoint import RunnerState
 from fedrun.simulator.loop import Interrupted, RunResult, run_loop
-from fedrun.simulator.signals import interrupts_ignored
 from fedrun.simulator.trainer import Trainer, trainer_for
 from fedrun.sweep import OVERRIDES
 from fedrun.sweep import marker as sweep_marker

@@ -51,18 +51,3 @@ def graceful_stop(stop_file: Path | None = None) -> Iterator[StopRequest]:
 
 def _interrupt_now(signum, frame):
     raise KeyboardInterrupt(f"second {signal.Signals(signum).name}")
-
-
-@contextmanager
-def interrupts_ignored() -> Iterator[None]:
-    """Within the block, SIGINT and SIGTERM are ignored: recording a run's final status must not be cut
-    short by a further signal (that left stopped runs RUNNING in MLflow)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
