@@ -278,3 +278,23 @@ def test_a_store_that_fails_while_reopening_a_run_is_one_named_line_not_a_fresh_
         tracker.resume("0123")
     tracker.client = Store(MlflowException("Run with id=0123 not found", error_code=RESOURCE_DOES_NOT_EXIST))
     assert tracker.resume("0123") is False
+
+
+def test_a_resumed_run_keeps_its_earlier_stops_as_history_not_as_its_failure_reason(tmp_path):
+    """An interrupted run that is resumed and finishes must not still read "stopped by SIGTERM" in MLflow or in
+    fedrun-report's list of runs that did not finish: each stop's reason moves to ``fedrun.earlier_stops``."""
+    from fedrun.track.mlflow import Mlflow, MlflowConfig
+
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    tracker = Mlflow(MlflowConfig(uri=uri, experiment="stopped"))
+    tracker.start("stopped", "run", {}, {})
+    run_id = tracker._run_id
+    for round_index in (3, 7):
+        tracker.finish("KILLED", f"stopped by SIGTERM after round {round_index}")
+        assert Mlflow(MlflowConfig(uri=uri)).resume(run_id)
+    tracker.finish("FINISHED")
+    record = MlflowClient(uri).get_run(run_id)
+    assert record.info.status == "FINISHED"
+    assert "fedrun.failure_reason" not in record.data.tags
+    assert record.data.tags["fedrun.earlier_stops"] == ("stopped by SIGTERM after round 3\n"
+                                                        "stopped by SIGTERM after round 7")

@@ -3,7 +3,8 @@
 ``MLFLOW_TRACKING_URI`` (or ``track.uri``) points at a team server instead. Per-round
 metrics are buffered and sent with ``log_batch`` (each SQLite call costs milliseconds);
 names never contain ``@`` (``ndcg_at_10``). A failed or interrupted run ends FAILED or
-KILLED with the reason in the ``fedrun.failure_reason`` tag.
+KILLED with the reason in the ``fedrun.failure_reason`` tag; resuming it moves that reason to
+``fedrun.earlier_stops`` (oldest first), so a run that then finishes carries no failure reason.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 MAX_PARAMS = 100  # ... and of params
 CHECKPOINT_DIR = "checkpoint"
 MAX_NAME = 256  # MLflow's experiment names: a 256-character column in its SQL stores
+FAILURE_REASON = "fedrun.failure_reason"  # why a FAILED or KILLED run stopped
+EARLIER_STOPS = "fedrun.earlier_stops"  # a resumed run's earlier stops, one per line
 
 
 @dataclass
@@ -198,7 +201,13 @@ class Mlflow(Tracker):
             if run.info.status == "FINISHED":
                 return False  # never reopened: its results stay as recorded, the continuation is a new run
             client.update_run(run_id, status="RUNNING")
-            for key, value in {"fedrun.resumed": "true", **owner_tags()}.items():
+            tags = {"fedrun.resumed": "true", **owner_tags()}
+            stop = run.data.tags.get(FAILURE_REASON)
+            if stop:  # it runs again: the stop is history, not the reason a finished run failed
+                earlier = run.data.tags.get(EARLIER_STOPS)
+                tags[EARLIER_STOPS] = (stop if not earlier else f"{earlier}\n{stop}")[-5000:]
+                client.delete_tag(run_id, FAILURE_REASON)
+            for key, value in tags.items():
                 client.set_tag(run_id, key, value)
         self._run_id, self.experiment_id = run_id, run.info.experiment_id
         return True
@@ -288,7 +297,7 @@ class Mlflow(Tracker):
         self.flush()
         with store_call(self.uri, f"marking the run {status}"):
             if reason:
-                self.client.set_tag(self._run_id, "fedrun.failure_reason", reason[:5000])
+                self.client.set_tag(self._run_id, FAILURE_REASON, reason[:5000])
             self.client.set_terminated(self._run_id, status=status)
 
     def link(self) -> str | None:
@@ -371,7 +380,7 @@ def end_orphaned_jobs(sweep_dir: str | Path, reason: str) -> int:
                                           f"tags.mlflow.parentRunId = '{entry['run_id']}' and attributes.status = "
                                           "'RUNNING'")
             for run in children:
-                client.set_tag(run.info.run_id, "fedrun.failure_reason", reason)
+                client.set_tag(run.info.run_id, FAILURE_REASON, reason)
                 client.set_terminated(run.info.run_id, status="KILLED")
                 ended += 1
     return ended
@@ -400,7 +409,7 @@ def _end_abandoned_runs(client, experiment: str) -> list[str]:
         resume = (f"resume it with sim.resume={run.info.run_id}" if has_checkpoint else
                   "it logged no checkpoint (sim.checkpoint_every) to resume from")
         reason = f"abandoned: {gone}; found by the next run in this experiment; {resume}"
-        client.set_tag(run.info.run_id, "fedrun.failure_reason", reason)
+        client.set_tag(run.info.run_id, FAILURE_REASON, reason)
         client.set_terminated(run.info.run_id, status="KILLED")
         name = run.data.tags.get("mlflow.runName", run.info.run_id)
         logging.getLogger("fedrun").warning("Run %r (%s) was left RUNNING and is now marked KILLED: %s", name,
