@@ -24,7 +24,7 @@ from fedrun.method.pop import Pop
 from fedrun.report import ledger, matrix
 from fedrun.report.paper import ALPHA, ROW_KEYS, beside_paper, claim_tests, order_claims, preset_paper
 from fedrun.report.table import markdown, natural_key
-from fedrun.track.mlflow import default_uri, experiment_id, open_client
+from fedrun.track.mlflow import FAILURE_REASON, default_uri, experiment_id, open_client
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -67,7 +67,7 @@ def collect(client, exp_id: str, parent: str | None = None) -> pd.DataFrame:
         if run.data.tags.get("fedrun.kind") in ("report", "sweep"):  # a report's or a sweep's own record
             continue
         rows.append({"run_id": run.info.run_id, "status": run.info.status, "start_time": run.info.start_time,
-                     "reason": run.data.tags.get("fedrun.failure_reason", ""),
+                     "reason": run.data.tags.get(FAILURE_REASON, ""),
                      **{f"param:{k}": v for k, v in run.data.params.items()},
                      **{f"metric:{k}": v for k, v in run.data.metrics.items()}, **exposure_over_run(client, run)})
     return pd.DataFrame(rows)
