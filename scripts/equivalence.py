@@ -6,7 +6,11 @@ every logged metric and a SHA-256 of the final model state, then compare two suc
 
 The cases are those of issue #30's acceptance (FedAvg MF/NCF on ml-100k, FedCL GRU4Rec/NCF on
 ml-1m, BIL/FedRec/FedRec++ on ml-100k's u1 fold, LightFR/FCF/FedMF/MetaMF/PrivRec/central NCF/pop on
-FilmTrust). Everything runs on the CPU with one thread, so summation order is fixed.
+FilmTrust), and those issue #61 adds before splitting the methods into client and server programs: the
+methods added since (CL4FedRec, rCL4FedRec, SimGCL, UNION on ml-100k; FedGNN, PerFedRec, PerFedRec++ in
+PerFedRec++'s Table 4 setting on ml-100k), central LightGCN with each contrastive variant, and every attack
+beside one robust defense (FedAvg MF on ml-100k). Everything runs on the CPU with one thread, so summation
+order is fixed; wall-clock timings are left out of the comparison.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ except ImportError:  # pragma: no cover - before the move
 COMMON = ["track=none", "sim.progress=false", "sim.seed=1", "sim.threads=1", "sim.device=cpu"]
 U1 = ["dataset=ml-100k", "dataset.split.protocol=predefined", "dataset.split.valid=false", "sim.max_rounds=10"]
 LIGHTFR = ["+experiment=lightfr/table5", "setup=lightfr/filmtrust", "sim.max_rounds=5"]
+SMALL_PFR = ["dataset=ml-100k", "sim.clients_per_round=64", "sim.max_rounds=8"]
+ATTACKED = ["method=fedavg", "backbone=mf", "dataset=ml-100k", "sim.max_rounds=6", "attack.fraction=0.02"]
 CASES: dict[str, list[str]] = {
     "fedavg-mf": ["method=fedavg", "backbone=mf", "dataset=ml-100k", "sim.epochs=2"],
     "fedavg-ncf": ["method=fedavg", "backbone=ncf", "dataset=ml-100k", "sim.epochs=2"],
@@ -50,6 +56,16 @@ CASES: dict[str, list[str]] = {
     **{name: [*LIGHTFR, f"row=lightfr/{row}"] for name, row in
        [("lightfr", "lightfr"), ("fcf", "fcf"), ("fedmf", "fedmf"), ("metamf", "metamf"), ("privrec", "privrec"),
         ("central-ncf", "ncf"), ("pop", "pop")]},
+    # issue #61: the methods added since issue #30, the central LightGCN variants, every attack beside one defense
+    **{name: [f"method={name}", "dataset=ml-100k", "sim.max_rounds=4"]
+       for name in ("cl4fedrec", "rcl4fedrec", "simgcl", "union")},
+    **{name: ["+experiment=perfedrecpp/table4", f"row=perfedrecpp/{name}", *SMALL_PFR, *extra] for name, extra in
+       [("fedgnn", []), ("perfedrec", []), ("perfedrecpp", ["method.pretrain_rounds=2"])]},
+    **{f"central-lightgcn-{kind}": ["method=central", "backbone=lightgcn", f"method.contrast.kind={kind}",
+                                    "dataset=ml-100k", "sim.epochs=1"] for kind in ("none", "sgl", "simgcl", "xsimgcl")},
+    **{f"{attack}-{defense}": [*ATTACKED, f"attack={attack}", f"defense={defense}"] for attack, defense in
+       [("a_ra", "median"), ("a_hum", "trimmed_mean"), ("eb", "krum"), ("fedrecattack", "multi_krum"),
+        ("psmu", "norm_bound"), ("ra", "hics")]},
 }
 
 
@@ -85,8 +101,13 @@ def state_digest(state) -> str:
     return digest.hexdigest()
 
 
-TIMING = ("train_seconds", "eval_seconds", "seconds_per_round", "cluster_seconds_total",
+TIMING = ("train_seconds", "eval_seconds", "seconds_per_round", "seconds_per_epoch", "cluster_seconds_total",
           "encryption_seconds_per_client")
+
+
+def untimed(metrics: dict[str, float]) -> dict[str, float]:
+    """The metrics that must match bit for bit: all but wall-clock timings."""
+    return {k: v for k, v in metrics.items() if not k.startswith(TIMING)}
 
 
 def run_case(name: str) -> dict:
@@ -95,7 +116,7 @@ def run_case(name: str) -> dict:
     recorder = Recorder()
     started = time.perf_counter()
     result = run_loop(getattr(built, "trainer", built.method), built.evaluator, recorder, built.plan.sim, built.label)
-    metrics = {k: v for k, v in recorder.metrics.items() if not k.startswith(TIMING)}
+    metrics = untimed(recorder.metrics)
     return {"test": result.test, "rounds": result.rounds, "metrics": metrics,
             "state_sha256": state_digest(built.method.state_dict()), "wall_seconds": time.perf_counter() - started}
 
@@ -106,7 +127,7 @@ def compare(before: dict, after: dict) -> list[tuple[str, str, str, bool]]:
         if name not in after:
             continue
         b, a = before[name], after[name]
-        same = b["state_sha256"] == a["state_sha256"] and b["metrics"] == a["metrics"] and b["test"] == a["test"]
+        same = b["state_sha256"] == a["state_sha256"] and untimed(b["metrics"]) == untimed(a["metrics"]) and b["test"] == a["test"]
         key = next((k for k in ("hr_at_10", "ndcg_at_10", "rmse", "mae") if k in b["test"]), next(iter(b["test"])))
         rows.append((name, f"{key} {b['test'][key]:.6f}, state {b['state_sha256'][:12]}",
                      f"{key} {a['test'][key]:.6f}, state {a['state_sha256'][:12]}", same))
