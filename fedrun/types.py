@@ -1,7 +1,7 @@
 """Frozen containers passed between the simulator's phases.
 
-The privacy boundary lives here: the server phase (``defense.aggregate``,
-``method.server_step``) receives :class:`Uploads` / :class:`Aggregate` and the public
+The privacy boundary lives here: the server phase (``defense.aggregate``, the method's
+server program ``method.server``) receives :class:`Uploads` / :class:`Aggregate` and the public
 parameters only. ``ClientBatch`` (raw local data) and private parameters stay on the
 client side of the round.
 """

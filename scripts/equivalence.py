@@ -62,7 +62,8 @@ CASES: dict[str, list[str]] = {
     **{name: ["+experiment=perfedrecpp/table4", f"row=perfedrecpp/{name}", *SMALL_PFR, *extra] for name, extra in
        [("fedgnn", []), ("perfedrec", []), ("perfedrecpp", ["method.pretrain_rounds=2"])]},
     **{f"central-lightgcn-{kind}": ["method=central", "backbone=lightgcn", f"method.contrast.kind={kind}",
-                                    "dataset=ml-100k", "sim.epochs=1"] for kind in ("none", "sgl", "simgcl", "xsimgcl")},
+                                    "dataset=ml-100k", "sim.epochs=1"]
+       for kind in ("none", "sgl", "simgcl", "xsimgcl")},
     **{f"{attack}-{defense}": [*ATTACKED, f"attack={attack}", f"defense={defense}"] for attack, defense in
        [("a_ra", "median"), ("a_hum", "trimmed_mean"), ("eb", "krum"), ("fedrecattack", "multi_krum"),
         ("psmu", "norm_bound"), ("ra", "hics")]},
@@ -127,7 +128,8 @@ def compare(before: dict, after: dict) -> list[tuple[str, str, str, bool]]:
         if name not in after:
             continue
         b, a = before[name], after[name]
-        same = b["state_sha256"] == a["state_sha256"] and untimed(b["metrics"]) == untimed(a["metrics"]) and b["test"] == a["test"]
+        same = (b["state_sha256"] == a["state_sha256"] and untimed(b["metrics"]) == untimed(a["metrics"])
+                and b["test"] == a["test"])
         key = next((k for k in ("hr_at_10", "ndcg_at_10", "rmse", "mae") if k in b["test"]), next(iter(b["test"])))
         rows.append((name, f"{key} {b['test'][key]:.6f}, state {b['state_sha256'][:12]}",
                      f"{key} {a['test'][key]:.6f}, state {a['state_sha256'][:12]}", same))

@@ -131,7 +131,7 @@ def test_optimizer_first_step_is_a_fresh_optimizers_step():
 
 def test_item_views_are_one_loss_step_under_each_user_view_per_client():
     method, env = make_method(CL)
-    problem = method.problems(round_of(method).sampler.users(0), 0, method.synthetic)[0]
+    problem = method.problems(round_of(method).sampler.users(0), 0, method.server.synthetic)[0]
     user = method.private.user[problem.batch.users]
     got = method.item_views(problem, user)
     noise = uniform_views(user, problem.batch.users, method.view_seed(0), method.config.eta)
@@ -158,12 +158,12 @@ def test_the_vectorized_client_step_equals_one_client_at_a_time(extra):
     method, env = make_method(CL + extra)
     users = round_of(method).sampler.users(0)
     together = {}
-    for problem in method.problems(users, 0, method.synthetic):
+    for problem in method.problems(users, 0, method.server.synthetic):
         result = method.client_step(problem)
         for b, user in enumerate(problem.batch.users.tolist()):
             together[user] = (result.user[b], result.loss[b], {k: v[b] for k, v in result.uploads.dense.items()})
     for user in users[:5].tolist():
-        (problem,) = method.problems(torch.tensor([user]), 0, method.synthetic)
+        (problem,) = method.problems(torch.tensor([user]), 0, method.server.synthetic)
         alone = method.client_step(problem)
         assert torch.allclose(alone.user[0], together[user][0], atol=1e-6)
         assert alone.loss[0].item() == pytest.approx(together[user][1].item(), rel=1e-5)
@@ -210,15 +210,15 @@ def test_the_synthetic_fit_minimises_eq5_on_frozen_public_parameters():
     n_neg = method.config.num_negatives
 
     def expected_loss(rows):  # Eq. 5's BCE with its uniform negatives in expectation, per synthetic user
-        own = env.backbone.score(rows, method.public.item[method.synthetic_items], method.public.net)  # [S, N]
+        own = env.backbone.score(rows, method.public.item[method.server.synthetic_items], method.public.net)  # [S,N]
         every = env.backbone.score(rows, method.public.item.expand(rows.shape[0], -1, -1), method.public.net)
         return float((F.softplus(-own).mean(1) + n_neg * F.softplus(every).mean(1)).mean())
 
-    method.synthetic = torch.randn(method.synthetic.shape, generator=torch.Generator().manual_seed(0))
-    before = expected_loss(method.synthetic)
-    method.fit_synthetic_users()
+    method.server.synthetic = torch.randn(method.server.synthetic.shape, generator=torch.Generator().manual_seed(0))
+    before = expected_loss(method.server.synthetic)
+    method.server.fit_synthetic_users()
     assert torch.equal(item, method.public.item) and all(torch.equal(net[k], v) for k, v in method.public.net.items())
-    assert expected_loss(method.synthetic) < before - 0.05
+    assert expected_loss(method.server.synthetic) < before - 0.05
 
 
 def test_regularizer_loss_on_a_hand_computed_example():
@@ -235,12 +235,12 @@ def test_calibration_moves_only_hot_and_sampled_rows_and_lowers_eq14():
     method, env = make_method(["method=rcl4fedrec", "method.hot_items=5", "method.reg_sample=20",
                                "method.reg_steps=20", "method.reg_lr=0.01"] + CL[1:])
     before = method.public.item.clone()
-    metrics = method.calibrate(0)
+    metrics = method.server.calibrate(0)
     moved = (method.public.item != before).any(1)
-    assert moved[method.hot].all() and int(moved.sum()) == 25
+    assert moved[method.server.hot].all() and int(moved.sum()) == 25
     assert metrics["regularizer_loss_after"] < metrics["regularizer_loss_before"]
-    hot = set(method.hot.tolist())
-    assert hot == set(torch.argsort(method.popularity, descending=True, stable=True)[:5].tolist())
+    hot = set(method.server.hot.tolist())
+    assert hot == set(torch.argsort(method.server.popularity, descending=True, stable=True)[:5].tolist())
 
 
 def test_by_default_every_normal_item_is_regularized_every_epoch():
@@ -249,7 +249,7 @@ def test_by_default_every_normal_item_is_regularized_every_epoch():
     assert method.config.reg_sample == 0
     for epoch in range(2):
         before = method.public.item.clone()
-        method.calibrate(epoch)
+        method.server.calibrate(epoch)
         assert (method.public.item != before).any(1).all()  # hot and every normal row moved
 
 
@@ -261,7 +261,7 @@ def test_an_epoch_end_runs_the_regularizer_and_refits_the_synthetic_users():
         metrics = rounds.train_round(r).extra
     expected = {"regularizer_loss_before", "regularizer_loss_after", "synthetic_fit_loss", "item_uniformity"}
     assert expected <= set(metrics)
-    assert method.synthetic_fits == 2  # at the start and after epoch 1
+    assert method.server.synthetic_fits == 2  # at the start and after epoch 1
 
 
 def test_server_side_work_reads_public_parameters_only():
@@ -269,8 +269,8 @@ def test_server_side_work_reads_public_parameters_only():
     saved = (env.train, method.private)
     env.train, method.private = Poison("ClientStore"), Poison("PrivateParams")
     try:
-        method.calibrate(0)
-        method.fit_synthetic_users()
+        method.server.calibrate(0)
+        method.server.fit_synthetic_users()
         exchange = method.exchange(torch.arange(4), 0, None)
     finally:
         env.train, method.private = saved
@@ -286,7 +286,8 @@ def test_checkpoint_state_restores_the_synthetic_users():
     state = method.state_dict()
     other, _ = make_method(CL + ["sim.seed=5"])
     other.load_state_dict(state)
-    assert torch.equal(other.synthetic, method.synthetic) and other.synthetic_fits == method.synthetic_fits
+    assert torch.equal(other.server.synthetic, method.server.synthetic)
+    assert other.server.synthetic_fits == method.server.synthetic_fits
 
 
 @pytest.mark.parametrize("override, field", [

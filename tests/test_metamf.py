@@ -46,8 +46,8 @@ def test_server_backprop_of_uploads_equals_end_to_end_gradients():
     problems = method.problems(users, 0)
     uploads = Uploads.concat([method.client_step(p).uploads for p in problems])
     senders = torch.cat([p.batch.users for p in problems])
-    aggregate = method.aggregate_uploads(uploads, senders, round_of(method).defense,
-                                         RoundContext(0, 0, senders.numel()))
+    aggregate = method.server.aggregate(uploads, senders, round_of(method).defense,
+                                        RoundContext(0, 0, senders.numel()))
     want = end_to_end_gradients(method, senders)
     assert aggregate.items.numel() == 0  # no shared item table
     for name, grad in want.items():

@@ -4,12 +4,23 @@ client data during the server phase raises, and uploads carry only their declare
 from __future__ import annotations
 
 import gc
+import importlib
+import inspect
+import pkgutil
+import re
 import types
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
-from fedrun.method.federated import ClientResult
+import fedrun.method
+from fedrun.backbone.base import PublicParams
+from fedrun.core.paths import config_dir
+from fedrun.method.federated import ClientResult, FederatedMethod
+from fedrun.method.server import Server
+from fedrun.sim.env import RunEnv
 from fedrun.sim.guards import UploadError
 from fedrun.types import Uploads
 from tests.conftest import SMALL, compose_cfg, make_method, round_of, unpack
@@ -30,6 +41,15 @@ class Poison:
 
     def __getitem__(self, key):
         raise PrivacyViolation(f"server phase indexed {self._name}")
+
+
+class CountsOnly(Poison):
+    """A split of which only the public counts (users, items) may be read."""
+
+    def __init__(self, split):
+        super().__init__("Split")
+        object.__setattr__(self, "n_users", split.n_users)
+        object.__setattr__(self, "n_items", split.n_items)
 
 
 def poisoned(fn, name: str, method, env, calls: list[str]):
@@ -144,3 +164,118 @@ def test_a_protocol_that_uploads_private_parameters_in_the_clear_says_so(privacy
     _, tags = run_record(built, None, None)
     assert tags.get("fedrun.clear_uploads", "").split(",") == (clear or [""])
     assert ("uploads its user_embedding in the clear" in caplog.text) == bool(clear)
+
+
+# -- the server program of every federated method (issue #61) ---------------------------------------
+
+CLIENT_SIDE_TYPES = {"RunEnv", "ClientStore", "PrivateParams", "Split", "Interactions"}
+SMALL_VIEWS = ["method.synthetic_users=6", "method.synthetic_items=5", "method.synthetic_fit_steps=5"]
+RATED = ["dataset.ratings=true", "backbone=pmf", "backbone.loss=mse"]
+SETTINGS = {  # what a method needs on the synthetic data beyond `method=<option>` (none by default)
+    "cl4fedrec": ["backbone=ncf", *SMALL_VIEWS], "rcl4fedrec": ["backbone=ncf", "method.hot_items=10", *SMALL_VIEWS],
+    "simgcl": ["backbone=ncf"], "union": ["backbone=ncf"],
+    "fedgnn": ["backbone=lightgcn"], "perfedrec": ["backbone=lightgcn", "method.clusters=3"],
+    "perfedrecpp": ["backbone=lightgcn", "method.clusters=3", "method.pretrain_rounds=1"],
+    "fedmf": RATED, "fcf": RATED, "fedrec": RATED, "fedrecpp": RATED,
+    # (PrivRec's noise, σ = zS = 50 on the round's sum, swamps 16 clients' mean: all 60 in one round)
+    "privrec": ["dataset.ratings=true", "backbone=pmf", "backbone.dim=4", "backbone.init_std=0.1",
+                "dataset.split.protocol=random_ratio", "sim.clients_per_round=all"],
+    "metamf": ["dataset.ratings=true", "backbone=metamf/pmf", "backbone.dim=8", "method.hidden=16", "method.memory=8",
+               "method.user_dim=4", "method.item_factors=3"],
+    "lightfr": ["dataset.ratings=true"], "fedcl": ["backbone=ncf"],
+}
+
+
+def federated_options() -> list[str]:
+    """Every `method=` option whose class is a federated method, read from conf/method/."""
+    options = []
+    for path in sorted((Path(config_dir()) / "method").glob("*.yaml")):
+        module, _, name = yaml.safe_load(path.read_text())["_target_"].rpartition(".")
+        if issubclass(getattr(importlib.import_module(module), name), FederatedMethod):
+            options.append(path.stem)
+    return options
+
+
+def test_no_server_program_is_built_from_client_data():
+    """The boundary in the types: no ``Server`` subclass takes the env, a client store, the split or private
+    rows when it is built (what it reads of the data comes as a value, e.g. CL4FedRec's popularity)."""
+    for module in pkgutil.iter_modules(fedrun.method.__path__):
+        importlib.import_module(f"fedrun.method.{module.name}")
+    servers, todo = [], [Server]
+    while todo:
+        cls = todo.pop()
+        servers.append(cls)
+        todo += [sub for sub in cls.__subclasses__() if sub.__module__.startswith("fedrun.")]
+    assert len(servers) > 8
+    for cls in servers:
+        assert not client_side_parameters(cls), f"{cls.__qualname__}.__init__ takes {client_side_parameters(cls)}"
+
+
+def client_side_parameters(cls: type) -> list[str]:
+    """The client-side types named in the annotations of ``cls.__init__``."""
+    annotations = " ".join(str(p.annotation) for p in inspect.signature(cls.__init__).parameters.values())
+    return sorted(name for name in CLIENT_SIDE_TYPES if re.search(rf"\b{name}\b", annotations))
+
+
+def test_the_type_check_sees_a_server_built_from_the_env():
+    class LeakyServer(Server):
+        def __init__(self, public: PublicParams, env: RunEnv | None = None):
+            super().__init__(public)
+
+    assert client_side_parameters(LeakyServer) == ["RunEnv"]
+
+
+@pytest.mark.parametrize("option", federated_options())
+def test_every_server_program_holds_and_reads_no_client_data(option):
+    """One epoch of each federated method with the client store, the split and the private rows poisoned
+    while its server program aggregates and steps; afterwards nothing reachable from the server program
+    is client data."""
+    method, env = make_method([f"method={option}", *SETTINGS.get(option, [])])
+    calls: list[str] = []
+    saved = (env.train, env.split, method.private)
+
+    def poisoned_call(fn, name):
+        def wrapper(*args, **kwargs):
+            calls.append(name)
+            env.train, env.split, method.private = Poison("ClientStore"), Poison("Split"), Poison("PrivateParams")
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                env.train, env.split, method.private = saved
+        return wrapper
+
+    server = method.server
+    server.aggregate = poisoned_call(server.aggregate, "aggregate")
+    server.step = poisoned_call(server.step, "step")
+    rounds = round_of(method)
+    for r in range(rounds.rounds_per_epoch()):
+        rounds.train_round(r)
+    assert "step" in calls
+    client_side = [env.train, env.train.items, env.split, env.split.train, method.private, method.private.user]
+    held = reachable(server)
+    assert not [c for c in client_side if any(c is obj for obj in held)]
+    private_storage = method.private.user.untyped_storage().data_ptr()
+    assert all(t.untyped_storage().data_ptr() != private_storage for t in held if isinstance(t, torch.Tensor))
+
+
+@pytest.mark.parametrize("option", federated_options())
+def test_every_server_program_is_built_from_declared_statistics_only(option, monkeypatch):
+    """``make_server`` runs with the client store, the split and the private rows poisoned: what the server
+    program gets of the data is the statistics its method declares (``Needs.server_reads``), no more."""
+    cfg = compose_cfg(SMALL + [f"method={option}", *SETTINGS.get(option, [])])
+    module, _, name = cfg.method._target_.rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    build_server, built = cls.make_server, []
+
+    def poisoned_make_server(self, public, statistics):
+        env, saved = self.env, (self.env.train, self.env.split, self.private)
+        env.train, env.split, self.private = Poison("ClientStore"), CountsOnly(env.split), Poison("PrivateParams")
+        try:
+            built.append(sorted(statistics))
+            return build_server(self, public, statistics)
+        finally:
+            env.train, env.split, self.private = saved
+
+    monkeypatch.setattr(cls, "make_server", poisoned_make_server)
+    method, _ = make_method([f"method={option}", *SETTINGS.get(option, [])])
+    assert built == [sorted(method.needs(method.config).server_reads)]

@@ -84,13 +84,13 @@ def test_server_noise_has_sigma_zs_on_the_sum():
     silent = Uploads(n, torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long), torch.zeros(0, d),
                      {USER_INIT: torch.zeros(n, d)})
     exact_sum = round_of(method).defense.exact_sum(silent)
-    aggregate = method.noisy_mean(exact_sum, RoundContext(0, 0, n))
+    aggregate = method.server.noisy_mean(exact_sum, RoundContext(0, 0, n))
     noise = aggregate.item_delta * n  # the noise on the sum
     assert noise.shape == (env.n_items, d) and torch.equal(aggregate.items, torch.arange(env.n_items))
     assert abs(noise.std().item() - 2.0) < 0.15 and abs(noise.mean().item()) < 0.15  # σ = zS = 2, 320 draws
-    again = method.noisy_mean(exact_sum, RoundContext(0, 0, n))
+    again = method.server.noisy_mean(exact_sum, RoundContext(0, 0, n))
     assert torch.equal(again.item_delta, aggregate.item_delta)  # seeded per round
-    assert not torch.equal(method.noisy_mean(exact_sum, RoundContext(1, 0, n)).item_delta,
+    assert not torch.equal(method.server.noisy_mean(exact_sum, RoundContext(1, 0, n)).item_delta,
                            aggregate.item_delta)
 
 

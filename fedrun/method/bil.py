@@ -99,7 +99,7 @@ class SpreadOutServer(OptimizerServer):
         super().__init__(public, config)
         self.step_weight = step_weight
 
-    def step(self, aggregate: Aggregate, ctx: RoundContext) -> None:
+    def step(self, aggregate: Aggregate, ctx: RoundContext) -> dict[str, float]:
         item = self.public.item
         with torch.enable_grad():
             leaf = item.detach().requires_grad_(True)
@@ -108,6 +108,7 @@ class SpreadOutServer(OptimizerServer):
         delta.add_(gradient, alpha=-self.step_weight)
         every_item = torch.arange(item.shape[0], device=item.device)
         self.optimizer.step(Aggregate(every_item, delta, aggregate.dense))
+        return {}
 
 
 class BIL(FedCL):
@@ -128,7 +129,7 @@ class BIL(FedCL):
     def describe(self) -> dict:
         return {**super().describe(), "bil_similarity": "cosine" if self.cosine else "score"}
 
-    def make_server(self, public: PublicParams) -> Server:
+    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> Server:
         config = self.config
         if not config.spread_weight:  # positives alone: no regulariser gradient to compute each round
             return OptimizerServer(public, config.server_optimizer)

@@ -43,16 +43,17 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fedrun.backbone.base import Backbone, PublicParams
 from fedrun.backbone.losses import per_client_loss
 from fedrun.core import hashrng
 from fedrun.core.seeding import derive_seed, generator
 from fedrun.errors import check, check_choice, check_positive
 from fedrun.method.fedavg import FedAvg, FedAvgConfig
-from fedrun.method.federated import ClientResult, Exchange
+from fedrun.method.federated import ClientResult, Exchange, Needs
+from fedrun.method.server import OptimizerServer
 from fedrun.privacy.base import Privacy
 from fedrun.sim.batching import LocalProblem
 from fedrun.sim.local import ClientOptimizer, problem_loss, slot_rows
@@ -183,66 +184,30 @@ def draw_synthetic_items(popularity: torch.Tensor, n_users: int, n_items: int, s
     return torch.multinomial(weights, n_items, replacement=False, generator=gen)
 
 
-class CL4FedRec(FedAvg):
-    Config = CL4FedRecConfig
-    graph_backbones = False  # its views and synthetic users are defined on ID embeddings
-    has_fedsgd_path = False
+class ContrastiveServer(OptimizerServer):
+    """CL4FedRec's server program: the public model, its optimizer and the synthetic users (Eq. 4–5,
+    Alg. 1 l. 12), built from the public model, the backbone's architecture, the item popularity
+    ``popularity`` [I] (the one statistic of the data it reads, handed over as a value) and the run's seed.
+    After each epoch's last round it reports the item table's uniformity and refits the synthetic users."""
 
-    def __init__(self, config: CL4FedRecConfig, env):
-        super().__init__(config, env)
-        n_items = env.n_items
-        check(config.synthetic_items <= n_items, "synthetic_items", config.synthetic_items,
-              f"at most the {n_items} items of the catalogue")
-        # the server's public statistic: interactions per item in the training split
-        self.popularity = torch.from_numpy(np.bincount(env.split.train.item, minlength=n_items))  # [I]
-        gen = generator(env.sim.seed, "synthetic-users")
-        self.synthetic_items = draw_synthetic_items(self.popularity, config.synthetic_users, config.synthetic_items,
-                                                    config.synthetic_sampling, gen).to(env.device)  # [S, N]
-        std = env.backbone.config.init_std
-        self.synthetic = (torch.randn(config.synthetic_users, self.private.user.shape[1], generator=gen) * std
-                          ).to(env.device, self.private.user.dtype)  # [S, du]
+    def __init__(self, public: PublicParams, config: CL4FedRecConfig, backbone: Backbone, popularity: torch.Tensor,
+                 seed: int, user_dim: int):
+        super().__init__(public, config.server_optimizer)
+        self.config, self.backbone, self.popularity, self.seed = config, backbone, popularity, seed
+        device = public.item.device
+        gen = generator(seed, "synthetic-users")
+        self.synthetic_items = draw_synthetic_items(popularity, config.synthetic_users, config.synthetic_items,
+                                                    config.synthetic_sampling, gen).to(device)  # [S, N]
+        std = backbone.config.init_std
+        self.synthetic = (torch.randn(config.synthetic_users, user_dim, generator=gen) * std
+                          ).to(device, public.item.dtype)  # [S, du]
         self.synthetic_fits = 0
         if config.user_cl == "synthetic":
             self.fit_synthetic_users()
 
-    @classmethod
-    def offers(cls, config: CL4FedRecConfig) -> frozenset[str]:
-        return frozenset({"model_view"})
-
-    # -- server side -------------------------------------------------------------------------
-    def fit_synthetic_users(self) -> float:
-        """Eq. 5 on the public model: Adam on the synthetic users' rows only; returns the final loss."""
-        config, env = self.config, self.env
-        S, N = self.synthetic_items.shape
-        gen = generator(env.sim.seed, "synthetic-negatives", self.synthetic_fits, env.device)
-        negatives = torch.randint(0, env.n_items, (S, N, max(config.num_negatives, 1)), generator=gen,
-                                  device=env.device)  # [S, N, n]
-        self.synthetic_fits += 1
-        item, net = self.public.item.detach(), {k: v.detach() for k, v in self.public.net.items()}
-        candidates = torch.cat([self.synthetic_items.unsqueeze(-1), negatives], -1).reshape(S, -1)
-        vectors = item[candidates]  # [S, N(1 + n), di]
-        user = self.synthetic.clone().requires_grad_(True)
-        opt = torch.optim.Adam([user], lr=config.synthetic_fit_lr)
-        loss = torch.zeros(())
-        mask = torch.ones(S, N, dtype=torch.bool, device=env.device)
-        for _ in range(config.synthetic_fit_steps):
-            opt.zero_grad(set_to_none=True)
-            scores = env.backbone.score(user, vectors, net).reshape(S, N, -1)  # [S, N, 1 + n]
-            loss = per_client_loss(env.backbone.config.loss, scores[..., 0], scores[..., 1:], mask, None).sum()
-            loss.backward()
-            opt.step()
-        self.synthetic = user.detach()
-        return float(loss.detach())
-
-    def exchange(self, users: torch.Tensor, round_index: int, privacy: Privacy) -> Exchange:
-        """The round's clients download the synthetic users' embeddings (|U_syn|·d floats)."""
-        if self.config.user_cl != "synthetic":
-            return Exchange()
-        return Exchange(sent=self.synthetic, bytes_down=float(self.synthetic.numel() * self.synthetic.element_size()))
-
-    def server_step(self, aggregate: Aggregate, ctx: RoundContext) -> dict[str, float]:
+    def step(self, aggregate: Aggregate, ctx: RoundContext) -> dict[str, float]:
         """Apply the aggregate; after the epoch's last round refit the synthetic users (Alg. 1 l. 12)."""
-        metrics = super().server_step(aggregate, ctx)
+        metrics = super().step(aggregate, ctx)
         if ctx.last_of_epoch:
             metrics.update(self.end_of_epoch(ctx))
         return metrics
@@ -257,6 +222,61 @@ class CL4FedRec(FedAvg):
             held = self.popularity[self.synthetic_items.cpu()].sum(1).to(torch.float64)  # [S]
             metrics["synthetic_item_share"] = float(held.mean() / self.popularity.sum().clamp_min(1))
         return metrics
+
+    def fit_synthetic_users(self) -> float:
+        """Eq. 5 on the public model: Adam on the synthetic users' rows only; returns the final loss."""
+        config, item = self.config, self.public.item
+        S, N = self.synthetic_items.shape
+        gen = generator(self.seed, "synthetic-negatives", self.synthetic_fits, item.device)
+        negatives = torch.randint(0, item.shape[0], (S, N, max(config.num_negatives, 1)), generator=gen,
+                                  device=item.device)  # [S, N, n]
+        self.synthetic_fits += 1
+        item, net = item.detach(), {k: v.detach() for k, v in self.public.net.items()}
+        candidates = torch.cat([self.synthetic_items.unsqueeze(-1), negatives], -1).reshape(S, -1)
+        vectors = item[candidates]  # [S, N(1 + n), di]
+        user = self.synthetic.clone().requires_grad_(True)
+        opt = torch.optim.Adam([user], lr=config.synthetic_fit_lr)
+        loss = torch.zeros(())
+        mask = torch.ones(S, N, dtype=torch.bool, device=item.device)
+        for _ in range(config.synthetic_fit_steps):
+            opt.zero_grad(set_to_none=True)
+            scores = self.backbone.score(user, vectors, net).reshape(S, N, -1)  # [S, N, 1 + n]
+            loss = per_client_loss(self.backbone.config.loss, scores[..., 0], scores[..., 1:], mask, None).sum()
+            loss.backward()
+            opt.step()
+        self.synthetic = user.detach()
+        return float(loss.detach())
+
+
+class CL4FedRec(FedAvg):
+    Config = CL4FedRecConfig
+    graph_backbones = False  # its views and synthetic users are defined on ID embeddings
+    has_fedsgd_path = False
+
+    def __init__(self, config: CL4FedRecConfig, env):
+        check(config.synthetic_items <= env.n_items, "synthetic_items", config.synthetic_items,
+              f"at most the {env.n_items} items of the catalogue")
+        super().__init__(config, env)
+
+    @classmethod
+    def needs(cls, config: CL4FedRecConfig) -> Needs:
+        return dataclasses.replace(super().needs(config), server_reads=frozenset({"item_popularity"}))
+
+    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> ContrastiveServer:
+        env = self.env
+        return ContrastiveServer(public, self.config, env.backbone, statistics["item_popularity"], env.sim.seed,
+                                 self.user_dim)
+
+    @classmethod
+    def offers(cls, config: CL4FedRecConfig) -> frozenset[str]:
+        return frozenset({"model_view"})
+
+    def exchange(self, users: torch.Tensor, round_index: int, privacy: Privacy) -> Exchange:
+        """The round's clients download the synthetic users' embeddings (|U_syn|·d floats)."""
+        if self.config.user_cl != "synthetic":
+            return Exchange()
+        synthetic = self.server.synthetic  # [S, du]
+        return Exchange(sent=synthetic, bytes_down=float(synthetic.numel() * synthetic.element_size()))
 
     # -- client side -------------------------------------------------------------------------
     def problems(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None) -> list[LocalProblem]:
@@ -324,9 +344,10 @@ class CL4FedRec(FedAvg):
 
     # -- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "synthetic": self.synthetic, "synthetic_fits": self.synthetic_fits}
+        server = self.server
+        return {**super().state_dict(), "synthetic": server.synthetic, "synthetic_fits": server.synthetic_fits}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.synthetic = state["synthetic"].to(self.env.device)
-        self.synthetic_fits = int(state["synthetic_fits"])
+        self.server.synthetic = state["synthetic"].to(self.env.device)
+        self.server.synthetic_fits = int(state["synthetic_fits"])

@@ -69,9 +69,9 @@ class FCFServer(OptimizerServer):
         super().__init__(public, config)
         self.l2 = l2
 
-    def step(self, aggregate: Aggregate, ctx: RoundContext) -> None:
+    def step(self, aggregate: Aggregate, ctx: RoundContext) -> dict[str, float]:
         delta = aggregate.item_delta - 2 * self.l2 * self.public.item[aggregate.items]
-        super().step(Aggregate(aggregate.items, delta, aggregate.dense), ctx)
+        return super().step(Aggregate(aggregate.items, delta, aggregate.dense), ctx)
 
 
 class FCF(FederatedMethod):
@@ -93,7 +93,7 @@ class FCF(FederatedMethod):
     def fast_path_exact(self) -> bool:
         return True  # the closed-form sum is FCF's only path
 
-    def make_server(self, public: PublicParams) -> Server:
+    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> Server:
         return FCFServer(public, self.config.server_optimizer, self.env.backbone.config.l2)
 
     def describe(self) -> dict:

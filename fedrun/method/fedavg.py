@@ -178,7 +178,7 @@ class FedAvg(FederatedMethod):
     def negative_seed(self, round_index: int) -> int:
         return super().negative_seed(round_index if self.config.resample_negatives else 0)
 
-    def make_server(self, public: PublicParams) -> Server:
+    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> Server:
         return OptimizerServer(public, self.config.server_optimizer)
 
     def fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None,

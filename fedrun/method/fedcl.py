@@ -180,7 +180,7 @@ class FedCL(FederatedMethod):
         mechanism covers ``user_embedding`` (the paper's LDP)."""
         return ["user_embedding"] if self.hard_server is not None and "user_embedding" not in privacy.targets else []
 
-    def make_server(self, public: PublicParams) -> Server:
+    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> Server:
         return OptimizerServer(public, self.config.server_optimizer)
 
     # -- client side: infer and upload the user embedding ------------------------------------

@@ -3,14 +3,15 @@ phases a method declares. The round that calls them exists once, above the metho
 (``fedrun.simulator.round``); a method never owns privacy, attack or defense.
 
 A method fills:
-  - ``make_server``: the server side, built from the public parameters alone;
+  - ``make_server``: its server program (``fedrun.method.server.Server``: the download view, its own
+    aggregation if any, the server step), built from the public parameters and values the method
+    hands it, never the env, client data or private rows;
   - ``problems`` / ``client_step``: the vectorized client step of a bucket → :class:`ClientResult`
     (uploads, the clients' new private rows, losses, per-client statistics) — values returned,
     nothing stashed on ``self``; ``local_loss`` where only the loss differs from plain training;
   - optionally ``exchange`` (a protocol phase before local training: FedCL's embedding exchange),
     ``client_protocol`` (a client-side phase after the client steps: FedRec++'s relay to its
-    denoisers), ``observe_uploads`` (server-side statistics of the uploads), ``server_step``
-    (the method's own transform after the one aggregation path), ``traffic``;
+    denoisers), ``observe_uploads`` (statistics of the uploads: audits, accounting), ``traffic``;
   - ``needs``: what the method requires of the other components (``Needs``), checked by
     ``fedrun.build.check_combination`` before any data is read.
 """
@@ -27,6 +28,7 @@ from fedrun.backbone.sequential import score_pairs, user_queries
 from fedrun.core.seeding import derive_seed, generator
 from fedrun.data.client_store import ClientStore
 from fedrun.data.negatives import sample_batch_negatives
+from fedrun.data.statistics import server_statistics
 from fedrun.defense.base import Defense
 from fedrun.method.base import Method
 from fedrun.method.server import Server
@@ -77,6 +79,9 @@ class Needs:
     plain_uploads: str | None = None  # uploads must reach the server as computed: no privacy transform
     no_attack: str | None = None  # malicious clients cannot join its protocol
     user_contexts: frozenset[str] = frozenset({"ids"})  # which backbone user contexts its client step handles
+    # statistics of the training data its server program is handed (``fedrun.data.statistics``), as the
+    # protocol's server knows them: e.g. item_popularity. Nothing else of the data reaches the server.
+    server_reads: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -121,8 +126,10 @@ class FederatedMethod(Method):
         super().__init__(config, env)
         private, public = env.backbone.init_params(env.n_users, env.n_items, generator(env.sim.seed, "init"))
         self.private = PrivateParams(private.user.to(env.device))  # client side
+        self.user_dim = int(private.user.shape[1])  # du, the architecture's width of a user row (public)
+        statistics = server_statistics(self.needs(config).server_reads, env.split, env.n_items)
         self.server = self.make_server(
-            PublicParams(public.item.to(env.device), {k: v.to(env.device) for k, v in public.net.items()}))
+            PublicParams(public.item.to(env.device), {k: v.to(env.device) for k, v in public.net.items()}), statistics)
         self.server_steps = 0  # server steps taken (the version of the public model)
         self.prepared_for: int | None = None  # the server step prepare_ranking last ran for
 
@@ -156,7 +163,10 @@ class FederatedMethod(Method):
         return False
 
     # -- hooks ---------------------------------------------------------------------------
-    def make_server(self, public: PublicParams) -> Server:
+    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> Server:
+        """The method's server program (``fedrun.method.server``), from the public parameters, the data
+        ``statistics`` it declares (``Needs.server_reads``, by name) and the method's settings — never the
+        env's client store or split, nor the private rows."""
         raise NotImplementedError
 
     def round_clients(self) -> torch.Tensor:
@@ -243,17 +253,6 @@ class FederatedMethod(Method):
     def observe_uploads(self, uploads: Uploads, senders: torch.Tensor, ctx: RoundContext) -> dict[str, float]:
         """Server side: statistics of the benign uploads (``senders[c]``: the user id of upload client
         c, as the server of any FL protocol knows) — audits, accounting. None by default."""
-        return {}
-
-    def aggregate_uploads(self, uploads: Uploads, senders: torch.Tensor, defense: Defense,
-                          ctx: RoundContext) -> Aggregate | None:
-        """A server rule that needs each client's upload rather than per-row sums (MetaMF back-propagates
-        each client's gradients through its own generated model); None: the round's aggregation path."""
-        return None
-
-    def server_step(self, aggregate: Aggregate, ctx: RoundContext) -> dict[str, float]:
-        """The method's server step on the aggregate (default: the server applies it) → metrics."""
-        self.server.step(aggregate, ctx)
         return {}
 
     def fast_path_exact(self) -> bool:

@@ -75,7 +75,7 @@ class FedRec(FederatedMethod):
         if config.audit:
             self.audit = MembershipAudit(env.train.sorted_keys(), env.train.sizes(), env.n_items)
 
-    def make_server(self, public: PublicParams) -> Server:
+    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> Server:
         return OptimizerServer(public, ServerOptimizerConfig("sgd", 1.0))  # deltas already carry −γ_t
 
     def describe(self) -> dict:

@@ -35,14 +35,17 @@ from dataclasses import dataclass
 
 import torch
 
+from fedrun.backbone.base import PublicParams
 from fedrun.core import hashrng
 from fedrun.core.seeding import derive_seed, generator
 from fedrun.errors import ConfigError, check
 from fedrun.method.federated import ClientResult, Needs
 from fedrun.method.fedrec import FedRec, FedRecConfig, RatingProblem
+from fedrun.method.server import OptimizerServer, Server
 from fedrun.sim.channel import AnonymousChannel
 from fedrun.sim.guards import check_finite
 from fedrun.sim.rows import sum_by_key
+from fedrun.sim.server_opt import ServerOptimizerConfig
 from fedrun.types import Aggregate, ClientBatch, DenoiserUploads, RelayedRows, RoundContext, Uploads
 
 
@@ -83,6 +86,14 @@ def denoised_mean(aggregate: Aggregate) -> Aggregate:
     return Aggregate(aggregate.items[kept], aggregate.item_delta[kept] / raters[kept].unsqueeze(1))
 
 
+class DenoisingServer(OptimizerServer):
+    """FedRec++'s server program: the denoised mean (Eq. 4–6) applied with plain SGD at lr 1 (the
+    deltas already carry −γ_t)."""
+
+    def step(self, aggregate: Aggregate, ctx: RoundContext) -> dict[str, float]:
+        return super().step(denoised_mean(aggregate), ctx)
+
+
 class FedRecPP(FedRec):
     Config = FedRecPPConfig
 
@@ -98,6 +109,9 @@ class FedRecPP(FedRec):
     def needs(cls, config: FedRecPPConfig) -> Needs:
         return Needs(exact_sum="its server subtracts the denoisers' sums and divides by |U_i| (Eq. 5-6)",
                      plain_uploads="the denoising arithmetic is exact only on unperturbed gradients")
+
+    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> Server:
+        return DenoisingServer(public, ServerOptimizerConfig("sgd", 1.0))
 
     def describe(self) -> dict:
         return {**super().describe(), "n_denoisers": self.n_denoisers}
@@ -163,12 +177,9 @@ class FedRecPP(FedRec):
     def ordinary(self, users: torch.Tensor) -> torch.Tensor:
         return self.role[users] < 0  # denoisers upload only Eq. 9 sums, after collecting
 
-    # -- server side -----------------------------------------------------------------------
+    # -- accounting ------------------------------------------------------------------------
     def communication(self, uploads: Uploads) -> dict[str, float]:
         return super().communication(uploads) if self.n_denoisers == 0 else {}  # else: the relay counts it
-
-    def server_step(self, aggregate: Aggregate, ctx: RoundContext) -> dict[str, float]:
-        return super().server_step(denoised_mean(aggregate), ctx)
 
     def relay_communication(self, rows: RelayedRows, relayed: DenoiserUploads,
                             ordinary: torch.Tensor) -> dict[str, float]:

@@ -167,9 +167,10 @@ class LightFRServer(Server):
     def __init__(self, public: PublicParams, weights: DCDWeights, aggregation: str):
         super().__init__(public)
         self.weights, self.aggregation = weights, aggregation
-        self.flipped = 0.0  # fraction of the catalogue's bits the last step flipped
 
-    def step(self, aggregate: Aggregate, ctx: RoundContext) -> None:
+    def step(self, aggregate: Aggregate, ctx: RoundContext) -> dict[str, float]:
+        """The aggregate is Σ over each row's uploaders (Eq. 16's Σ_u ΔD^u, Eq. 17's Σ_u D^u); the
+        server takes the sign."""
         codes = self.public.item  # [m, f]
         before = codes.clone()
         if self.aggregation == "para":  # Eq. 17: majority of the uploaded copies, ties keep the bit
@@ -185,7 +186,7 @@ class LightFRServer(Server):
                 new = sign_keep(star, bit)
                 total += new - bit
                 codes[:, k] = new
-        self.flipped = float((codes != before).double().mean())
+        return {"item_bits_flipped": float((codes != before).double().mean())}
 
 
 class LightFR(FederatedMethod):
@@ -213,7 +214,7 @@ class LightFR(FederatedMethod):
         clients = self.env.clients_with_data()
         return clients[~self.cold[clients]]
 
-    def make_server(self, public: PublicParams) -> Server:
+    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> Server:
         return LightFRServer(public, self.weights, self.config.aggregation)
 
     def describe(self) -> dict:
@@ -311,13 +312,7 @@ class LightFR(FederatedMethod):
             users = torch.nonzero(self.cold).squeeze(1)
             self.private.user[users] = self.cold_start_codes(users)
 
-    # -- server side -----------------------------------------------------------------------
-    def server_step(self, aggregate: Aggregate, ctx: RoundContext) -> dict[str, float]:
-        """The aggregate is Σ over each row's uploaders (Eq. 16's Σ_u ΔD^u, Eq. 17's Σ_u D^u); the
-        server takes the sign."""
-        self.server.step(aggregate, ctx)
-        return {"item_bits_flipped": self.server.flipped}
-
+    # -- accounting ------------------------------------------------------------------------
     def traffic(self, rows: torch.Tensor, uploads: Uploads | None) -> Traffic:
         sent = torch.bincount(uploads.row_client, minlength=uploads.n_clients).double()
         return Traffic(float(sent.mean()) * self.upload_row_bytes(), self.download_bytes(rows))

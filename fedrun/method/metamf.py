@@ -149,6 +149,37 @@ def predict(received: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tens
     return (layer1 @ received["w2"]).squeeze(-1) + received["b2"]  # [B, P]
 
 
+class MetaMFServer(OptimizerServer):
+    """MetaMF's server program: the meta network (A, its memory and the generators) is the public model;
+    it back-propagates the clients' uploaded gradients through each client's generated model (``dim``: f)."""
+
+    def __init__(self, public: PublicParams, config: MetaMFConfig, dim: int):
+        super().__init__(public, config.server_optimizer)
+        self.config, self.dim = config, dim
+
+    def aggregate(self, uploads: Uploads, senders: torch.Tensor, defense: Defense,
+                  ctx: RoundContext) -> Aggregate:
+        """Σ_u J_u(θ)ᵀ g_u over the round's clients (g_u their uploaded gradients), divided by B, as
+        descent directions for the server optimizer. Each client's rows live in its own generated
+        model, so no per-row rule applies; the sum is exact (``Needs.exact_sum``: a linear rule with
+        unit weights is all the defense may be)."""
+        net = self.public.net
+        dim, s = self.dim, self.config.item_factors
+        params = {name: tensor.detach().requires_grad_(True) for name, tensor in net.items()}
+        with torch.enable_grad():
+            gen = generate(params, senders, dim, s)
+            rows = left_rows(params, gen["h_items"], uploads.row_client, uploads.row_item, s,
+                             self.config.chunk_rows)
+            outputs = [gen[name] for name in RECEIVED] + [rows]
+            upstream = [uploads.dense[name] for name in RECEIVED] + [uploads.row_delta]
+            grads = torch.autograd.grad(outputs, list(params.values()), upstream, allow_unused=True)
+        n = uploads.n_clients
+        dense = {name: (-grad / n if grad is not None else torch.zeros_like(net[name]))
+                 for name, grad in zip(params, grads)}
+        item = self.public.item
+        return Aggregate(torch.zeros(0, dtype=torch.long, device=item.device), item.new_zeros(0, item.shape[1]), dense)
+
+
 class MetaMF(FederatedMethod):
     Config = MetaMFConfig
     unread = {"backbone.l2": "its loss is Eq. 10's rating MSE alone, and its item rows are generated, not learned rows",
@@ -165,13 +196,13 @@ class MetaMF(FederatedMethod):
         why = "its server back-propagates each client's gradient as sent"
         return Needs(exact_sum=why, plain_uploads=why, no_attack=why)
 
-    def make_server(self, public: PublicParams) -> Server:
+    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> Server:
         env, config = self.env, self.config
         net = init_meta_network(env.n_users, env.n_items, env.backbone.config.dim, config,
                                 generator(env.sim.seed, "metamf_init"))
         public.net.update({name: tensor.to(public.item) for name, tensor in net.items()})
         public.item = public.item[:, :0].contiguous()  # MetaMF shares no item table: the generator makes them
-        return OptimizerServer(public, config.server_optimizer)
+        return MetaMFServer(public, config, env.backbone.config.dim)
 
     def upload_schema(self) -> UploadSchema:
         """Gradients of what the client received: A_u rows [s] and its B_u and RP model (per client)."""
@@ -204,29 +235,6 @@ class MetaMF(FederatedMethod):
         uploads = Uploads(batch.size, client, batch.pos[client, column], grads[-1][client, column],
                           dict(zip(RECEIVED, grads[:-1])), problem.weight)
         return ClientResult(uploads, self.private.user[batch.users], loss.detach())
-
-    # -- server: back-propagate each client's upload through its generator ---------------------
-    def aggregate_uploads(self, uploads: Uploads, users: torch.Tensor, defense: Defense,
-                          ctx: RoundContext) -> Aggregate:
-        """Σ_u J_u(θ)ᵀ g_u over the round's clients (g_u their uploaded gradients), divided by B, as
-        descent directions for the server optimizer. Each client's rows live in its own generated
-        model, so no per-row rule applies; the sum is exact (``Needs.exact_sum``: a linear rule with
-        unit weights is all the defense may be)."""
-        net = self.public.net
-        dim, s = self.env.backbone.config.dim, self.config.item_factors
-        params = {name: tensor.detach().requires_grad_(True) for name, tensor in net.items()}
-        with torch.enable_grad():
-            gen = generate(params, users, dim, s)
-            rows = left_rows(params, gen["h_items"], uploads.row_client, uploads.row_item, s,
-                             self.config.chunk_rows)
-            outputs = [gen[name] for name in RECEIVED] + [rows]
-            upstream = [uploads.dense[name] for name in RECEIVED] + [uploads.row_delta]
-            grads = torch.autograd.grad(outputs, list(params.values()), upstream, allow_unused=True)
-        n = uploads.n_clients
-        dense = {name: (-grad / n if grad is not None else torch.zeros_like(net[name]))
-                 for name, grad in zip(params, grads)}
-        item = self.public.item
-        return Aggregate(torch.zeros(0, dtype=torch.long, device=item.device), item.new_zeros(0, item.shape[1]), dense)
 
     # -- traffic --------------------------------------------------------------------------
     def model_floats(self) -> int:

@@ -41,15 +41,18 @@ from dataclasses import dataclass, field
 
 import torch
 
+from fedrun.backbone.base import PublicParams
 from fedrun.defense.base import Defense
 from fedrun.errors import check, check_choice, check_positive
 from fedrun.method.federated import Exchange, Needs
 from fedrun.method.fedgnn import FedGNN, FedGNNConfig
+from fedrun.method.server import OptimizerServer, Server
 from fedrun.privacy.base import Privacy
 from fedrun.sim.batching import LocalProblem
 from fedrun.sim.clusters import ClusterModels
 from fedrun.sim.local import LocalResult
 from fedrun.sim.sampling import ClientSampler
+from fedrun.sim.server_opt import ServerOptimizerConfig
 from fedrun.types import Aggregate, RoundContext, Uploads
 
 
@@ -75,6 +78,32 @@ class PerFedRecConfig(FedGNNConfig):
         check_positive("recluster_every", self.recluster_every)
 
 
+class ClusterServer(OptimizerServer):
+    """PerFedRec's server program: the global model and the cluster models (Eq. 11). Each round the
+    global model takes the aggregate of every upload and, once users are clustered, cluster k's table
+    takes the aggregate of its members' (both through the run's defense; the cluster tables with lr 1)."""
+
+    def __init__(self, public: PublicParams, config: ServerOptimizerConfig, clusters: ClusterModels):
+        super().__init__(public, config)
+        self.clusters = clusters
+        self.pending: list[Aggregate | None] | None = None  # the clusters' aggregates, applied by ``step``
+
+    def aggregate(self, uploads: Uploads, senders: torch.Tensor, defense: Defense,
+                  ctx: RoundContext) -> Aggregate | None:
+        """The global aggregate of every upload, and each cluster's of its members' (applied in ``step``)."""
+        if not self.clusters.ready:
+            return None
+        self.pending = self.clusters.aggregate(uploads, senders, lambda part: defense.aggregate(part, ctx))
+        return defense.aggregate(uploads, ctx)
+
+    def step(self, aggregate: Aggregate, ctx: RoundContext) -> dict[str, float]:
+        metrics = super().step(aggregate, ctx)
+        if self.pending is not None:
+            self.clusters.step(self.pending, lr=1.0)
+            self.pending = None
+        return metrics
+
+
 class PerFedRec(FedGNN):
     Config = PerFedRecConfig
 
@@ -83,10 +112,18 @@ class PerFedRec(FedGNN):
         n_clients = int(self.round_clients().numel())
         check(config.clusters <= n_clients, "method.clusters", config.clusters,
               f"at most the {n_clients} clients with training data")
-        self.clusters = ClusterModels(config.clusters, env.sim.seed, config.clustering)
         self.local_user = torch.zeros_like(self.private.user)  # client side: the local model's representation
         self.has_local = torch.zeros(env.n_users, dtype=torch.bool, device=env.device)
-        self._pending: list[Aggregate | None] | None = None
+
+    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> Server:
+        clusters = ClusterModels(self.config.clusters, self.env.sim.seed, self.config.clustering)
+        return ClusterServer(public, self.config.server_optimizer, clusters)
+
+    @property
+    def clusters(self) -> ClusterModels:
+        """The server's user clusters and cluster models: what the round's clients download (their
+        cluster's table) and how the server selects them."""
+        return self.server.clusters
 
     @classmethod
     def needs(cls, config: PerFedRecConfig) -> Needs:
@@ -124,21 +161,6 @@ class PerFedRec(FedGNN):
         users = problem.batch.users
         self.local_user[users] = problem.encode(result.user, item0 + result.item_delta)[0]
         self.has_local[users] = True
-
-    def aggregate_uploads(self, uploads: Uploads, senders: torch.Tensor, defense: Defense,
-                          ctx: RoundContext) -> Aggregate | None:
-        """The global aggregate of every upload, and each cluster's of its members' (applied in ``server_step``)."""
-        if not self.clusters.ready:
-            return None
-        self._pending = self.clusters.aggregate(uploads, senders, lambda part: defense.aggregate(part, ctx))
-        return defense.aggregate(uploads, ctx)
-
-    def server_step(self, aggregate: Aggregate, ctx: RoundContext) -> dict[str, float]:
-        metrics = super().server_step(aggregate, ctx)
-        if self._pending is not None:
-            self.clusters.step(self._pending, lr=1.0)
-            self._pending = None
-        return metrics
 
     # -- prediction (Eq. 6) ------------------------------------------------------------------------
     def prepare_ranking(self) -> None:

@@ -77,6 +77,34 @@ def clip_clients(uploads: Uploads, bound: float) -> tuple[Uploads, torch.Tensor]
     return Uploads(uploads.n_clients, uploads.row_client, uploads.row_item, rows, dense, uploads.weight), norm
 
 
+class NoisyMeanServer(OptimizerServer):
+    """PrivRec's server program: user-level DP on the exact sum of the clipped updates, then Reptile's
+    outer step (SGD at ``server_lr``). ``sigma`` = z·S, the noise std on the sum; ``seed``: the run's,
+    whose "dp_noise" stream draws each round's noise."""
+
+    def __init__(self, public: PublicParams, config: ServerOptimizerConfig, sigma: float, seed: int):
+        super().__init__(public, config)
+        self.sigma, self.seed = sigma, seed
+
+    def step(self, aggregate: Aggregate, ctx: RoundContext) -> dict[str, float]:
+        return super().step(self.noisy_mean(aggregate, ctx), ctx)
+
+    def noisy_mean(self, aggregate: Aggregate, ctx: RoundContext) -> Aggregate:
+        """The aggregate is Σ of the clipped updates; the server adds N(0, (zS)²) to every coordinate of
+        θ and divides by the round's B clients, over the whole of V."""
+        item = self.public.item
+        total = torch.zeros_like(item)  # [m, d]
+        total[aggregate.items] = aggregate.item_delta
+        user_total = aggregate.dense[USER_INIT].clone()  # [d]
+        if self.sigma > 0:
+            gen = generator(self.seed, "dp_noise", ctx.round, item.device)
+            total += self.sigma * torch.randn(total.shape, generator=gen, device=item.device, dtype=item.dtype)
+            user_total += self.sigma * torch.randn(user_total.shape, generator=gen, device=item.device,
+                                                   dtype=item.dtype)
+        n = ctx.n_clients
+        return Aggregate(torch.arange(item.shape[0], device=item.device), total / n, {USER_INIT: user_total / n})
+
+
 class PrivRec(FederatedMethod):
     Config = PrivRecConfig
     unread = {"sim.local_epochs": "its clients take method.local_steps inner steps (Reptile's k)"}
@@ -91,11 +119,12 @@ class PrivRec(FederatedMethod):
         why = "its server adds the DP noise to the plain sum and its user-level DP (clip, noise) is built in"
         return Needs(exact_sum=why, plain_uploads=why)
 
-    def make_server(self, public: PublicParams) -> Server:
+    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> Server:
         dim = public.item.shape[1]
         start = torch.randn(dim, generator=generator(self.env.sim.seed, USER_INIT)) * self.env.backbone.config.init_std
         public.net[USER_INIT] = start.to(public.item)  # u₀, meta-learned with V
-        return OptimizerServer(public, ServerOptimizerConfig("sgd", self.config.server_lr))
+        return NoisyMeanServer(public, ServerOptimizerConfig("sgd", self.config.server_lr),
+                               self.config.noise * self.config.clip, self.env.sim.seed)
 
     def describe(self) -> dict:
         return {"dp_noise_std_on_sum": self.config.noise * self.config.clip, "rating_scale": str(self.scale)}
@@ -123,25 +152,6 @@ class PrivRec(FederatedMethod):
         norms = torch.cat(stats["update_norm"])  # [B] the round's clients' update norms before clipping
         return {"update_norm_mean": float(norms.mean()),
                 "clipped_fraction": float((norms > self.config.clip).double().mean())}
-
-    # -- server side -----------------------------------------------------------------------
-    def server_step(self, aggregate: Aggregate, ctx: RoundContext) -> dict[str, float]:
-        return super().server_step(self.noisy_mean(aggregate, ctx), ctx)
-
-    def noisy_mean(self, aggregate: Aggregate, ctx: RoundContext) -> Aggregate:
-        """The aggregate is Σ of the clipped updates; the server adds N(0, (zS)²) to every coordinate of
-        θ and divides by the round's B clients, over the whole of V."""
-        item = self.public.item
-        total = torch.zeros_like(item)  # [m, d]
-        total[aggregate.items] = aggregate.item_delta
-        user_total = aggregate.dense[USER_INIT].clone()  # [d]
-        sigma = self.config.noise * self.config.clip
-        if sigma > 0:
-            gen = generator(self.env.sim.seed, "dp_noise", ctx.round, item.device)
-            total += sigma * torch.randn(total.shape, generator=gen, device=item.device, dtype=item.dtype)
-            user_total += sigma * torch.randn(user_total.shape, generator=gen, device=item.device, dtype=item.dtype)
-        n = ctx.n_clients
-        return Aggregate(torch.arange(item.shape[0], device=item.device), total / n, {USER_INIT: user_total / n})
 
     # -- evaluation: every client adapts θ on its own ratings, then ranks ------------------
     @torch.no_grad()

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from fedrun.backbone.base import Backbone, PublicParams
 from fedrun.core.seeding import generator
 from fedrun.errors import check, check_positive
-from fedrun.method.cl4fedrec import CL4FedRec, CL4FedRecConfig
+from fedrun.method.cl4fedrec import CL4FedRec, CL4FedRecConfig, ContrastiveServer
 from fedrun.types import RoundContext
 
 
@@ -51,16 +52,16 @@ def regularizer_loss(hot: torch.Tensor, normal: torch.Tensor, tau: float) -> tor
     return (torch.logsumexp(sim, 1) - 1.0 / tau).sum()
 
 
-class RCL4FedRec(CL4FedRec):
-    Config = RCL4FedRecConfig
+class CalibratingServer(ContrastiveServer):
+    """rCL4FedRec's server program: CL4FedRec's, plus Eq. 14 on the public item table after every epoch
+    (Alg. 1 l. 11), with the hot and normal sets split by the item popularity it was handed."""
 
-    def __init__(self, config: RCL4FedRecConfig, env):
-        check(config.hot_items < env.n_items, "hot_items", config.hot_items,
-              f"fewer than the {env.n_items} items of the catalogue")
-        super().__init__(config, env)
-        order = torch.argsort(self.popularity, descending=True, stable=True)
-        self.hot = order[:config.hot_items].to(env.device)  # [H]
-        self.normal = order[config.hot_items:].to(env.device)  # [I − H]
+    def __init__(self, public: PublicParams, config: RCL4FedRecConfig, backbone: Backbone,
+                 popularity: torch.Tensor, seed: int, user_dim: int):
+        super().__init__(public, config, backbone, popularity, seed, user_dim)
+        order = torch.argsort(popularity, descending=True, stable=True)
+        self.hot = order[:config.hot_items].to(public.item.device)  # [H]
+        self.normal = order[config.hot_items:].to(public.item.device)  # [I − H]
 
     def end_of_epoch(self, ctx: RoundContext) -> dict[str, float]:
         metrics = self.calibrate(ctx.epoch) if self.config.regularizer else {}
@@ -71,7 +72,7 @@ class RCL4FedRec(CL4FedRec):
         config, item = self.config, self.public.item
         sample = self.normal
         if 0 < config.reg_sample < self.normal.numel():
-            gen = generator(self.env.sim.seed, "regularizer", epoch)
+            gen = generator(self.seed, "regularizer", epoch)
             sample = self.normal[torch.randperm(self.normal.numel(), generator=gen)[:config.reg_sample].to(item.device)]
         rows = torch.cat([self.hot, sample])
         table = item[rows].clone().requires_grad_(True)  # [H + M, d]
@@ -87,3 +88,17 @@ class RCL4FedRec(CL4FedRec):
             item[rows] = table.detach()
             after = float(regularizer_loss(item[self.hot], item[sample], config.tau))
         return {"regularizer_loss_before": losses[0], "regularizer_loss_after": after}
+
+
+class RCL4FedRec(CL4FedRec):
+    Config = RCL4FedRecConfig
+
+    def __init__(self, config: RCL4FedRecConfig, env):
+        check(config.hot_items < env.n_items, "hot_items", config.hot_items,
+              f"fewer than the {env.n_items} items of the catalogue")
+        super().__init__(config, env)
+
+    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> CalibratingServer:
+        env = self.env
+        return CalibratingServer(public, self.config, env.backbone, statistics["item_popularity"], env.sim.seed,
+                                 self.user_dim)

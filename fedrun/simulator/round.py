@@ -12,7 +12,7 @@ Round t, in the order of the numbered comments of ``FederatedRound.train_round``
   7. guards: declared fields only, finite values;
   8. aggregation: ``defense.aggregate`` — or, for a method whose server rule is a sum, the
      defense's exact sum through the method's reducer (FedMF: a Paillier sum) — the one path;
-  9. the method's server step on the aggregate;
+  9. the server program's step on the aggregate (``method.server``, built without client data);
  10. accounting: bytes each way, per-round metrics (returned, not stashed).
 When exact, steps 3–8 collapse into the method's fast path (the FedSGD pass: one backward, no
 per-client copies), which aggregates with the defense's linear weights.
@@ -90,8 +90,8 @@ class FederatedRound:
             # 8. the one aggregation path
             aggregate = self.aggregate(uploads, senders, ctx)
         check_finite(aggregate.item_delta, f"the aggregate (defense={type(self.defense).__name__})", round_index)
-        # 9. the method's server step
-        extra.update(method.server_step(aggregate, ctx))
+        # 9. the server program's step
+        extra.update(method.server.step(aggregate, ctx))
         method.server_steps += 1
         # 10. accounting
         traffic = method.traffic(rows, benign)
@@ -115,8 +115,9 @@ class FederatedRound:
         return results
 
     def aggregate(self, uploads: Uploads, senders: torch.Tensor, ctx: RoundContext) -> Aggregate:
-        """Step 8: every server-side sum goes through the defense."""
-        own = self.method.aggregate_uploads(uploads, senders, self.defense, ctx)
+        """Step 8: every server-side sum goes through the defense (the server program's own aggregation, if
+        it has one, as well)."""
+        own = self.method.server.aggregate(uploads, senders, self.defense, ctx)
         if own is not None:
             return own
         if self.exact_sum:
