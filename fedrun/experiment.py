@@ -120,7 +120,7 @@ def build_run(cfg: DictConfig) -> Built:
     check_run(p.dataset.name, split, p.backbone, p.sim, p.method_config, p.eval_config.kind)
     env = RunEnv.create(split, p.sim, p.backbone)
     method = build(cfg.method, "method", Method, env=env)
-    trainer = trainer_for(method, p.privacy, p.attack, p.defense)
+    trainer = trainer_for(method, p.privacy, p.attack, p.defense, p.sim)
     evaluator = build(cfg.eval, "eval", Evaluator, split=split, device=env.device,
                       rating=p.backbone.rating_model, bytes_per_pair=p.backbone.full_score_bytes_per_pair())
     check_selection(p.sim, evaluator)

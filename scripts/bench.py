@@ -153,7 +153,7 @@ def build_method(overrides: list[str]):
     p = plan(cfg)
     env = RunEnv.create(p.dataset.load(), p.sim, p.backbone)
     method = build(cfg.method, "method", Method, env=env)
-    return trainer_for(method, p.privacy, p.attack, p.defense), env
+    return trainer_for(method, p.privacy, p.attack, p.defense, p.sim), env
 
 
 def time_rounds(trainer, rounds: int, warmup: int = 2) -> float:

@@ -139,7 +139,7 @@ def fedrun_w0(out: Path, rounds: int) -> None:
     p = plan(cfg)
     env = RunEnv.create(p.dataset.load(), p.sim, p.backbone)
     method = build(cfg.method, "method", Method, env=env)
-    rounds_of = trainer_for(method, p.privacy, p.attack, p.defense)
+    rounds_of = trainer_for(method, p.privacy, p.attack, p.defense, p.sim)
     rounds_of.train_round(0)  # warm-up, as for Flower
     start = time.perf_counter()
     for r in range(1, rounds + 1):

@@ -51,7 +51,7 @@ def build_method(setup: str, row: str):
                    "sim.progress=false"])
     p = plan(cfg)
     env = RunEnv.create(p.dataset.load(), p.sim, p.backbone)
-    return trainer_for(build(cfg.method, "method", Method, env=env), p.privacy, p.attack, p.defense)
+    return trainer_for(build(cfg.method, "method", Method, env=env), p.privacy, p.attack, p.defense, p.sim)
 
 
 def median_ms(fn, repeats: int = 20) -> float:

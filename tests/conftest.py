@@ -54,7 +54,7 @@ def make_method(overrides: list[str], base: list[str] = SMALL):
     split = p.dataset.load()
     env = RunEnv.create(split, p.sim, p.backbone)
     method = build(cfg.method, "method", Method, env=env)
-    _ROUNDS[method] = trainer_for(method, p.privacy, p.attack, p.defense)
+    _ROUNDS[method] = trainer_for(method, p.privacy, p.attack, p.defense, p.sim)
     return method, env
 
 

@@ -30,20 +30,22 @@ from fedrun.defense.base import Defense
 from fedrun.method.base import RoundStats
 from fedrun.method.federated import ClientResult, FederatedMethod
 from fedrun.privacy.base import Privacy
+from fedrun.sim.config import SimConfig
 from fedrun.sim.guards import check_finite, check_uploads
 from fedrun.sim.sampling import ClientSampler
 from fedrun.types import Aggregate, RoundContext, Uploads
 
 
 class FederatedRound:
-    """Drives a federated method's rounds with the run's privacy mechanism, attack and defense."""
+    """Drives a federated method's rounds with the run's privacy mechanism, attack and defense; ``sim``: the
+    round's own settings (clients per round, sampling, the seed), handed in by the run, not read back
+    through the method."""
 
-    def __init__(self, method: FederatedMethod, privacy: Privacy, attack: Attack, defense: Defense):
+    def __init__(self, method: FederatedMethod, privacy: Privacy, attack: Attack, defense: Defense, sim: SimConfig):
         self.method, self.privacy, self.attack, self.defense = method, privacy, attack, defense
-        env = method.env
+        self.seed = sim.seed  # the privacy transforms' stream is keyed by it and the round
         clients = method.round_clients()
-        self.sampler = ClientSampler(clients, env.sim.round_size(clients.numel()), env.sim.seed,
-                                     env.sim.sampling == "independent")
+        self.sampler = ClientSampler(clients, sim.round_size(clients.numel()), sim.seed, sim.sampling == "independent")
         defense.check_participants(self.sampler.per_round)
         self.exact_sum = method.needs(method.config).exact_sum is not None
         self.uses_fast_path = (method.fast_path_exact() and not privacy.transforms_uploads and not attack.active
@@ -103,7 +105,7 @@ class FederatedRound:
         """Steps 3–4 per bucket: the vectorized client step, its new private rows written back on the
         client side, then the privacy transform of what leaves the bucket's clients."""
         method = self.method
-        gen = generator(method.env.sim.seed, "privacy", ctx.round, method.env.device)
+        gen = generator(self.seed, "privacy", ctx.round, method.public.item.device)
         component = f"the client step ({type(method).__name__})"
         results = []
         for problem in problems:

@@ -9,6 +9,7 @@ from fedrun.defense.base import Defense
 from fedrun.method.base import Method, RoundStats
 from fedrun.method.federated import FederatedMethod
 from fedrun.privacy.base import Privacy
+from fedrun.sim.config import SimConfig
 from fedrun.simulator.round import FederatedRound
 
 
@@ -31,7 +32,7 @@ class CentralTraining:
 Trainer = FederatedRound | CentralTraining
 
 
-def trainer_for(method: Method, privacy: Privacy, attack: Attack, defense: Defense) -> Trainer:
+def trainer_for(method: Method, privacy: Privacy, attack: Attack, defense: Defense, sim: SimConfig) -> Trainer:
     if isinstance(method, FederatedMethod):
-        return FederatedRound(method, privacy, attack, defense)
+        return FederatedRound(method, privacy, attack, defense, sim)
     return CentralTraining(method)
