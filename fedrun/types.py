@@ -111,7 +111,7 @@ class EmbeddingUploads:
 @dataclass(frozen=True)
 class ItemIdUploads:
     """The item ids clients hold, encrypted with one key shared by all clients (FedGNN's neighbour
-    expansion, ``fedrun.sim.ego``): the matching party can match equal ids across users but not
+    expansion, ``fedrun.kernels.ego``): the matching party can match equal ids across users but not
     read them. The simulation passes the ids themselves — a bijection changes no match."""
 
     users: torch.Tensor  # [N] the uploading client of each id

@@ -24,7 +24,7 @@ import pandas as pd  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from fedrun.report.table import markdown  # noqa: E402
-from fedrun.track.mlflow import default_uri  # noqa: E402
+from fedrun.store.runs import default_uri  # noqa: E402
 
 PLOTTED = ["test_er_at_5", "test_er_at_20", "test_recall_at_20", "test_ndcg_at_20"]  # of the default METRICS
 METRICS = ["test_er_at_5", "test_er_at_10", "test_er_at_20", "test_er_at_30", "test_recall_at_20",

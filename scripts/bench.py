@@ -60,13 +60,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fedrun.build import build  # noqa: E402
+from fedrun.app.build import build  # noqa: E402
+from fedrun.app.experiment import plan  # noqa: E402
 from fedrun.eval.base import Evaluator  # noqa: E402
-from fedrun.experiment import plan  # noqa: E402
+from fedrun.kernels.env import RunEnv  # noqa: E402
 from fedrun.method.base import Method  # noqa: E402
 from fedrun.report.table import markdown  # noqa: E402
-from fedrun.sim.env import RunEnv  # noqa: E402
-from fedrun.simulator.trainer import trainer_for  # noqa: E402
+from fedrun.sim.trainer import trainer_for  # noqa: E402
 from fedrun.types import Uploads  # noqa: E402
 from tests.conftest import compose_cfg  # noqa: E402  (the same config composition the tests use)
 from tests.oracle.fedavg_loop import fedavg_round  # noqa: E402
@@ -661,7 +661,7 @@ def bench_w13(args, out: Path) -> str:
     rounds, then the personalised ones): the clients' ego graphs propagated as CSR products in edge order
     (``EdgeOperator``) vs the segment sums they replaced, same seeds; both must end at the same item table."""
     from fedrun.backbone.lightgcn import SegmentSums
-    from fedrun.sim import ego
+    from fedrun.kernels import ego
 
     base = (W13_TINY if args.tiny else W13_PERFEDRECPP) + [f"sim.device={args.device}"]
     seconds, tables, products = {}, {}, ego.EgoGraphs.operator
@@ -712,7 +712,7 @@ W10_CASES = [("no attack", []), ("A-hum 0.1%", ["attack=a_hum", "attack.fraction
 
 def w10_case(args, case: int) -> tuple[float, float, int]:
     """(s / round, peak GB, malicious clients) of one W10 case."""
-    from fedrun.experiment import build_run
+    from fedrun.app.experiment import build_run
 
     data = TINY_DATA if args.tiny else ML1M_8020
     clients = 64 if args.tiny else 256

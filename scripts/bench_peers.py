@@ -36,7 +36,7 @@ def export(out: Path) -> None:
     sys.path.insert(0, str(ROOT))
     from bench import ML1M_8020  # noqa: E402  (scripts/ is on sys.path when run as a script)
 
-    from fedrun.experiment import plan
+    from fedrun.app.experiment import plan
     from tests.conftest import compose_cfg
 
     split = plan(compose_cfg(ML1M_8020 + ["track=none"])).dataset.load()
@@ -128,11 +128,11 @@ def fedrun_w0(out: Path, rounds: int) -> None:
     sys.path.insert(0, str(ROOT))
     from bench import COMMON, MF, ML1M_8020
 
-    from fedrun.build import build
-    from fedrun.experiment import plan
+    from fedrun.app.build import build
+    from fedrun.app.experiment import plan
+    from fedrun.kernels.env import RunEnv
     from fedrun.method.base import Method
-    from fedrun.sim.env import RunEnv
-    from fedrun.simulator.trainer import trainer_for
+    from fedrun.sim.trainer import trainer_for
     from tests.conftest import compose_cfg
 
     cfg = compose_cfg(ML1M_8020 + COMMON + MF + [f"sim.clients_per_round={CLIENTS_PER_ROUND}"])

@@ -39,9 +39,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fedrun.cli import compose  # noqa: E402
+from fedrun.app.compose import compose  # noqa: E402
+from fedrun.app.experiment import build_run  # noqa: E402
 from fedrun.core.nested import tensors  # noqa: E402
-from fedrun.experiment import build_run  # noqa: E402
 from fedrun.report.table import markdown  # noqa: E402
 from scripts.bench import machine, sync  # noqa: E402  (the benchmark's device timing and description)
 

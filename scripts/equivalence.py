@@ -29,14 +29,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("FEDRUN_DATA_DIR", str(ROOT.parent / "shared" / "datasets"))
 
-from fedrun.cli import compose  # noqa: E402
-from fedrun.experiment import build_run  # noqa: E402
+from fedrun.app.compose import compose  # noqa: E402
+from fedrun.app.experiment import build_run  # noqa: E402
 from fedrun.track.base import Tracker  # noqa: E402
 
 try:  # the run loop's home moves with issue #30
-    from fedrun.simulator.loop import run_loop  # noqa: E402
+    from fedrun.sim.loop import run_loop  # noqa: E402
 except ImportError:  # pragma: no cover - before the move
-    from fedrun.sim.runner import run_loop  # noqa: E402
+    from fedrun.kernels.runner import run_loop  # noqa: E402
 
 COMMON = ["track=none", "sim.progress=false", "sim.seed=1", "sim.threads=1", "sim.device=cpu"]
 U1 = ["dataset=ml-100k", "dataset.split.protocol=predefined", "dataset.split.valid=false", "sim.max_rounds=10"]

@@ -16,8 +16,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-from fedrun.report.cli import collect  # noqa: E402
-from fedrun.track.mlflow import default_uri  # noqa: E402
+from fedrun.app.report import collect  # noqa: E402
+from fedrun.store.runs import default_uri  # noqa: E402
 
 
 def curves(frame: pd.DataFrame) -> pd.DataFrame:

@@ -28,10 +28,10 @@ from omegaconf import OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fedrun.cli import compose  # noqa: E402
+from fedrun.app.compose import compose  # noqa: E402
+from fedrun.app.experiment import build_run, resume_state  # noqa: E402
+from fedrun.app.info import options  # noqa: E402
 from fedrun.errors import FedrunError  # noqa: E402
-from fedrun.experiment import build_run, resume_state  # noqa: E402
-from fedrun.info import options  # noqa: E402
 
 BASE = ["dataset=synthetic", "dataset.n_users=40", "dataset.n_items=60", "dataset.mean_length=8",
         "track=none", "sim.progress=false", "sim.clients_per_round=8"]

@@ -21,10 +21,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fedrun.cli import compose  # noqa: E402
-from fedrun.experiment import plan  # noqa: E402
+from fedrun.app.compose import compose  # noqa: E402
+from fedrun.app.experiment import plan  # noqa: E402
 from fedrun.method.cl4fedrec import uniformity_penalty  # noqa: E402
-from fedrun.simulator import checkpoint  # noqa: E402
+from fedrun.sim import checkpoint  # noqa: E402
 
 
 def item_table(path: Path) -> tuple[torch.Tensor, int]:

@@ -21,8 +21,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
+from fedrun.app.report import SEED_PARAMS, drop_reruns, script_runs  # noqa: E402
 from fedrun.core.paths import config_dir  # noqa: E402
-from fedrun.report.cli import SEED_PARAMS, drop_reruns, script_runs  # noqa: E402
 from fedrun.report.table import markdown  # noqa: E402
 
 RANKING = ["test_hr_at_10", "test_ndcg_at_10", "test_hr_at_20", "test_ndcg_at_20"]

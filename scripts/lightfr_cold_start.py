@@ -23,9 +23,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fedrun.cli import compose  # noqa: E402
+from fedrun.app.compose import compose  # noqa: E402
+from fedrun.app.experiment import build_run  # noqa: E402
 from fedrun.eval.base import Evaluator  # noqa: E402
-from fedrun.experiment import build_run  # noqa: E402
 
 
 def restricted(evaluator: Evaluator, keep_rows: np.ndarray) -> Evaluator:

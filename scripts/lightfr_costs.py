@@ -31,21 +31,21 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fedrun.build import build  # noqa: E402
-from fedrun.cli import compose  # noqa: E402
+from fedrun.app.build import build  # noqa: E402
+from fedrun.app.compose import compose  # noqa: E402
+from fedrun.kernels.env import RunEnv  # noqa: E402
 from fedrun.method.base import Method  # noqa: E402
 from fedrun.method.fedmf import FedMF  # noqa: E402
 from fedrun.method.lightfr import LightFR  # noqa: E402
 from fedrun.method.metamf import MetaMF, generate, head, predict  # noqa: E402
 from fedrun.retrieval.hamming import pack_codes, top_k_hamming  # noqa: E402
-from fedrun.sim.env import RunEnv  # noqa: E402
-from fedrun.simulator.trainer import trainer_for  # noqa: E402
+from fedrun.sim.trainer import trainer_for  # noqa: E402
 
 ROWS = ("fcf", "fedmf", "fedrec", "metamf", "privrec", "lightfr")
 
 
 def build_method(setup: str, row: str):
-    from fedrun.experiment import plan
+    from fedrun.app.experiment import plan
 
     cfg = compose(["+experiment=lightfr/table5", f"setup={setup}", f"row=lightfr/{row}", "track=none",
                    "sim.progress=false"])

@@ -26,8 +26,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fedrun.method.fedcl as fedcl  # noqa: E402
-from fedrun.cli import compose  # noqa: E402
-from fedrun.experiment import build_run  # noqa: E402
+from fedrun.app.compose import compose  # noqa: E402
+from fedrun.app.experiment import build_run  # noqa: E402
 
 
 @contextlib.contextmanager

@@ -34,10 +34,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fedrun.cli import compose  # noqa: E402
+from fedrun.app.compose import compose  # noqa: E402
+from fedrun.app.experiment import build_run  # noqa: E402
 from fedrun.defense._rows import stack_rows  # noqa: E402
 from fedrun.defense.median import coordinate_median  # noqa: E402
-from fedrun.experiment import build_run  # noqa: E402
 from fedrun.report.table import markdown  # noqa: E402
 from fedrun.types import Uploads  # noqa: E402
 

@@ -28,10 +28,10 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from scipy import stats  # noqa: E402
 
+from fedrun.app.report import add_borrow_argument, collect  # noqa: E402
 from fedrun.core.paths import config_dir  # noqa: E402
 from fedrun.report import ledger  # noqa: E402
-from fedrun.report.cli import add_borrow_argument, collect  # noqa: E402
-from fedrun.track.mlflow import default_uri  # noqa: E402
+from fedrun.store.runs import default_uri  # noqa: E402
 
 METRICS = ("test_hr_at_10", "test_ndcg_at_10")
 

@@ -19,7 +19,7 @@ import pandas as pd  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from fedrun.report.table import markdown  # noqa: E402
-from fedrun.track.mlflow import default_uri  # noqa: E402
+from fedrun.store.runs import default_uri  # noqa: E402
 
 VALID, LOSS = "valid_ndcg_at_20", "train_loss"
 

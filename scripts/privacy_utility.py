@@ -29,7 +29,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from fedrun.report.cli import drop_reruns, script_runs  # noqa: E402
+from fedrun.app.report import drop_reruns, script_runs  # noqa: E402
 from fedrun.report.table import markdown  # noqa: E402
 
 UTILITY = ["recall_at_20", "ndcg_at_10", "rmse"]  # per dataset, the first every finished run logged a floor of

@@ -27,10 +27,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fedrun.cli import compose  # noqa: E402
-from fedrun.experiment import build_run  # noqa: E402
+from fedrun.app.compose import compose  # noqa: E402
+from fedrun.app.experiment import build_run  # noqa: E402
 from fedrun.report.table import markdown  # noqa: E402
-from fedrun.simulator.loop import total_rounds  # noqa: E402
+from fedrun.sim.loop import total_rounds  # noqa: E402
 
 
 class WithoutRareItems:

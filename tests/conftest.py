@@ -9,12 +9,12 @@ from weakref import WeakKeyDictionary
 import pytest
 import torch
 
-from fedrun.build import build
-from fedrun.cli import compose
-from fedrun.experiment import plan
+from fedrun.app.build import build
+from fedrun.app.compose import compose
+from fedrun.app.experiment import plan
+from fedrun.kernels.env import RunEnv
 from fedrun.method.base import Method
-from fedrun.sim.env import RunEnv
-from fedrun.simulator.trainer import trainer_for
+from fedrun.sim.trainer import trainer_for
 
 _ROUNDS: WeakKeyDictionary = WeakKeyDictionary()
 

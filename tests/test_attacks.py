@@ -9,7 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedrun import experiment
+from fedrun.app import experiment
+from fedrun.app.build import parse_config
+from fedrun.app.experiment import plan
 from fedrun.attack._targets import choose_targets
 from fedrun.attack.a_hum import AHum, AHumConfig
 from fedrun.attack.a_ra import ARA, ARAConfig
@@ -17,11 +19,9 @@ from fedrun.attack.base import AttackConfig, AttackSetup
 from fedrun.backbone.base import Backbone
 from fedrun.backbone.mf import MF
 from fedrun.backbone.ncf import NCF
-from fedrun.build import parse_config
 from fedrun.data.interactions import Interactions
 from fedrun.errors import ConfigError
 from fedrun.eval.exposure import exposure
-from fedrun.experiment import plan
 from fedrun.types import RoundContext
 from tests.conftest import SMALL, compose_cfg, needs_data
 

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from fedrun.app.experiment import plan
 from fedrun.attack.base import Attack
 from fedrun.backbone.base import PublicParams
 from fedrun.defense.base import Defense
 from fedrun.errors import ConfigError
-from fedrun.experiment import plan
 from fedrun.types import Aggregate, RoundContext, Uploads
 from tests.conftest import SMALL, compose_cfg, make_method, round_of
 from tests.test_privacy_boundary import Poison

@@ -9,9 +9,9 @@ import torch
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from fedrun import experiment
+from fedrun.app import experiment
 from fedrun.errors import ConfigError, DataError
-from fedrun.simulator import checkpoint
+from fedrun.sim import checkpoint
 from tests.conftest import SMALL, compose_cfg
 
 CASES = {

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from fedrun.errors import ConfigError
+from fedrun.kernels.local import ClientOptimizer
 from fedrun.method.cl4fedrec import (
     draw_synthetic_items,
     info_nce,
@@ -23,7 +24,6 @@ from fedrun.method.cl4fedrec import (
 )
 from fedrun.method.rcl4fedrec import regularizer_loss
 from fedrun.method.union import union_contrastive
-from fedrun.sim.local import ClientOptimizer
 from tests.conftest import CPU_ORACLE, make_method, round_of
 from tests.test_privacy_boundary import Poison, reachable
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fedrun.app.experiment import run
 from fedrun.errors import ConfigError
-from fedrun.experiment import run
 from tests.conftest import CPU_ORACLE, SMALL, compose_cfg, make_method, round_of
 
 FCF = ["method=fcf", "backbone=pmf", "backbone.dim=6", "backbone.l2=0.05", "dataset.ratings=true",

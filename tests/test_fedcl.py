@@ -15,7 +15,7 @@ from fedrun.errors import ConfigError
 from fedrun.retrieval.cluster import cluster
 from fedrun.retrieval.hard_negatives import HardNegativeConfig, HardNegativeServer
 from fedrun.retrieval.search import faiss_available, top_k_inner_product, top_k_scores
-from fedrun.simulator.loop import NumericalError
+from fedrun.sim.loop import NumericalError
 from tests.conftest import make_method, round_of
 from tests.test_privacy_boundary import Poison, PrivacyViolation, reachable
 

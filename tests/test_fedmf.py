@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from fedrun.errors import ConfigError
+from fedrun.kernels.rows import sum_by_key
 from fedrun.privacy.paillier import EncryptedRows, PaillierKeys, ciphertext_bytes, server_sum
-from fedrun.sim.rows import sum_by_key
 from fedrun.types import Uploads
 from tests.conftest import make_method, round_of
 

@@ -13,8 +13,8 @@ from fedrun.core.seeding import derive_seed
 from fedrun.data.negatives import sample_unrated
 from fedrun.defense.sum import Sum, SumConfig
 from fedrun.errors import ConfigError
+from fedrun.method._channel import AnonymousChannel
 from fedrun.method.fedrecpp import denoised_mean
-from fedrun.sim.channel import AnonymousChannel
 from fedrun.types import Aggregate, DenoiserUploads, RelayedRows, Uploads
 from tests.conftest import CPU_ORACLE, make_method, needs_data, round_of
 
@@ -229,7 +229,7 @@ def test_bad_fedrec_settings_are_named_before_training(overrides, field):
                                         ("fedrecpp/table3", "fedrecpp/etan4")])
 def test_presets_run_on_ml100k_as_written(preset, row):
     """The presets themselves (every client every round, predefined folds), for two rounds."""
-    from fedrun.experiment import run
+    from fedrun.app.experiment import run
     from tests.conftest import compose_cfg
 
     cfg = compose_cfg([f"+experiment={preset}", f"row={row}", "sim.max_rounds=2", "track=none", "sim.progress=false"])

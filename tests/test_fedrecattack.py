@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from fedrun import experiment
+from fedrun.app import experiment
+from fedrun.app.build import parse_config
+from fedrun.app.experiment import plan
 from fedrun.attack._known import sample_known
 from fedrun.attack.base import AttackSetup
 from fedrun.attack.fedrecattack import MASKED, FedRecAttack, FedRecAttackConfig
 from fedrun.backbone.mf import MF
-from fedrun.build import parse_config
 from fedrun.data.interactions import Interactions
 from fedrun.errors import ConfigError
-from fedrun.experiment import plan
 from fedrun.types import RoundContext
 from tests.conftest import SMALL, compose_cfg, needs_data
 

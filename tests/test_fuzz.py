@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from omegaconf.errors import OmegaConfBaseException
 
-from fedrun import experiment
+from fedrun.app import experiment
 from fedrun.errors import FedrunError
 from tests.conftest import compose_cfg
 
@@ -124,8 +124,8 @@ def test_every_float_of_every_option_refuses_non_finite_values_by_name(group, op
                                                                        monkeypatch):
     """Table-driven, over every float key the shipped options hold: NaN and inf end in one ConfigError that
     names that key, before any data is read (inf used to pass every "> 0" check)."""
+    from fedrun.app.experiment import plan
     from fedrun.errors import ConfigError
-    from fedrun.experiment import plan
 
     monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "no-data-here"))
     choice = [] if group == "sim" else [f"{group}={option}"]

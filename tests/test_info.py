@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from fedrun.app.info import GROUPS, describe, options, overview, presets_using, settings_of, summary
 from fedrun.core.paths import config_dir
-from fedrun.info import GROUPS, describe, options, overview, presets_using, settings_of, summary
 from tests.integration.test_cli import FEDRUN
 
 

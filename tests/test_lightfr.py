@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from fedrun.app.experiment import run
 from fedrun.backbone.base import PublicParams
 from fedrun.errors import ConfigError
-from fedrun.experiment import run
 from fedrun.method.lightfr import DCDWeights, LightFRServer, dcd_codes
 from fedrun.retrieval.hamming import hamming_distances, pack_codes, top_k_hamming
 from fedrun.retrieval.search import faiss_available

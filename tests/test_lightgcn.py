@@ -14,7 +14,7 @@ from fedrun.backbone import lightgcn
 from fedrun.backbone.lightgcn import BipartiteGraph, GraphProduct, propagate_edges
 from fedrun.data.client_store import ClientStore
 from fedrun.errors import ConfigError
-from fedrun.sim.ego import EgoGraphs, NeighborDirectory
+from fedrun.kernels.ego import EgoGraphs, NeighborDirectory
 from fedrun.types import EmbeddingUploads, ItemIdUploads
 from tests.conftest import CPU_ORACLE, make_method, round_of
 from tests.oracle.ego_loop import ego_fedavg_round
@@ -304,7 +304,7 @@ def test_graph_backbone_refusals_name_the_field(overrides, field):
 # -- FedGNN: pseudo items and masking ------------------------------------------------------------------
 
 def test_pseudo_items_replace_a_share_of_each_clients_pairs():
-    from fedrun.sim.pseudo import perturb_pairs
+    from fedrun.method._pseudo import perturb_pairs
     _, store = random_graph(n_users=30, n_items=60, density=0.3)
     users = torch.arange(30)
     batch = store.client_batch(users)

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from fedrun.errors import ConfigError
+from fedrun.kernels.guards import UploadError
 from fedrun.method.federated import ClientResult
 from fedrun.method.metamf import generate, head, left_rows, predict
-from fedrun.sim.guards import UploadError
 from fedrun.types import RoundContext, Uploads
 from tests.conftest import make_method, round_of, unpack
 from tests.test_privacy_boundary import server_phase_calls

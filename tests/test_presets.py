@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from fedrun.app.experiment import plan, run
 from fedrun.core.paths import config_dir
 from fedrun.errors import ConfigError
-from fedrun.experiment import plan, run
 from tests.conftest import compose_cfg
 
 EXPERIMENTS = Path(config_dir()) / "experiment"

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from fedrun.errors import ConfigError
+from fedrun.kernels.batching import local_problem
 from fedrun.method.privrec import USER_INIT, clip_clients
-from fedrun.sim.batching import local_problem
 from fedrun.types import RoundContext, Uploads
 from tests.conftest import CPU_ORACLE, make_method, round_of, unpack
 from tests.test_privacy_boundary import server_phase_calls

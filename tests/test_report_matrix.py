@@ -9,11 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fedrun.app.report import matrix_refusals
 from fedrun.core.paths import config_dir
 from fedrun.errors import ConfigError
 from fedrun.report import matrix
 
 PRESET = "robustness/matrix"
+NO_REFUSALS = lambda preset, axes: {}  # noqa: E731 - every cell accepted (the check itself is tested below)
 
 
 def runs() -> pd.DataFrame:
@@ -32,8 +34,8 @@ def runs() -> pd.DataFrame:
 
 
 def test_the_matrix_averages_seeds_and_measures_the_drop_against_no_attack(tmp_path, monkeypatch):
-    monkeypatch.setattr(matrix, "refusals", lambda preset, axes: {("robustness/eb", "krum"): "attack='eb' refused"})
-    text, files = matrix.render(runs(), PRESET, Path(config_dir()), tmp_path)
+    refused = {("robustness/eb", "krum"): "attack='eb' refused"}
+    text, files = matrix.render(runs(), PRESET, Path(config_dir()), tmp_path, lambda preset, axes: refused)
     assert [f.name for f in files] == ["matrix.png", "matrix.csv"] and all(f.stat().st_size for f in files)
     table = pd.read_csv(tmp_path / "matrix.csv").set_index(["row", "defense"])
     assert table.loc[("a_hum", "sum"), "test_er_at_5"] == pytest.approx(0.8)
@@ -55,41 +57,39 @@ def test_every_cell_of_the_shipped_matrices_is_accepted_before_any_data_is_read(
     monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "no-data-here"))
     axes = matrix.Axes.of(preset, Path(config_dir()))
     assert len(axes.rows) == 7 and axes.columns[0] == plain and "robustness/hics_q99" in axes.columns
-    refusals = matrix.refusals(preset, axes)
+    refusals = matrix_refusals(preset, axes)
     assert set(refusals) == {(row, column) for row in refused_rows for column in axes.columns}
     assert all("needs no client_step for method=fedcl" in reason for reason in refusals.values())
 
 
 def test_a_matrix_reports_the_utility_its_preset_names(tmp_path, monkeypatch):
     """MF's matrix measures utility on its validation carve (its test split sits at the floor at 10 epochs)."""
-    monkeypatch.setattr(matrix, "refusals", lambda preset, axes: {})  # tested above, cell by cell
     assert matrix.utility_metric(PRESET, Path(config_dir())) == "test_recall_at_20"
     assert matrix.utility_metric("robustness/matrix_mf", Path(config_dir())) == "valid_recall_at_20"
     frame = runs().rename(columns={"metric:test_recall_at_20": "metric:valid_recall_at_20"})
-    text, _ = matrix.render(frame, PRESET, Path(config_dir()), tmp_path, utility="valid_recall_at_20")
+    text, _ = matrix.render(frame, PRESET, Path(config_dir()), tmp_path, NO_REFUSALS, utility="valid_recall_at_20")
     assert "## valid_recall_at_20 drop against no attack under sum" in text
     with pytest.raises(ConfigError, match="matrix.utility"):  # a name the runs never logged: said, not an empty map
-        matrix.render(runs(), PRESET, Path(config_dir()), tmp_path, utility="valid_recal_at_20")
+        matrix.render(runs(), PRESET, Path(config_dir()), tmp_path, NO_REFUSALS, utility="valid_recal_at_20")
 
 
 def test_the_peak_exposure_over_each_run_gets_its_own_panel_and_table(tmp_path, monkeypatch):
     """An attack that exposes its target mid-training and fades shows at its peak, not only at its end."""
-    monkeypatch.setattr(matrix, "refusals", lambda preset, axes: {})
     frame = runs()
     frame["metric:test_er_at_5_peak"] = frame["metric:test_er_at_5"].where(frame["metric:test_er_at_5"].isna(), 1.0)
-    text, files = matrix.render(frame, PRESET, Path(config_dir()), tmp_path)
+    text, files = matrix.render(frame, PRESET, Path(config_dir()), tmp_path, NO_REFUSALS)
     table = pd.read_csv(tmp_path / "matrix.csv").set_index(["row", "defense"])
     assert table.loc[("a_hum", "sum"), "test_er_at_5_peak"] == 1.0
     assert table.loc[("a_hum", "sum"), "test_er_at_5"] == pytest.approx(0.8)
     assert "## test_er_at_5, peak over each run's evaluations" in text and "1.000 ± 0.000 (2)" in text
-    without, _ = matrix.render(runs(), PRESET, Path(config_dir()), tmp_path)  # runs that never recorded it
+    without, _ = matrix.render(runs(), PRESET, Path(config_dir()), tmp_path, NO_REFUSALS)  # runs that never recorded it
     assert "peak over" not in without
 
 
 def test_the_report_reads_each_exposure_metric_over_the_whole_run(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from fedrun.report.cli import collect
+    from fedrun.app.report import collect
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'store.db'}")
     exp_id = client.create_experiment("exposure")
@@ -106,9 +106,9 @@ def test_the_report_reads_each_exposure_metric_over_the_whole_run(tmp_path):
 
 def test_a_run_refused_before_training_does_not_hide_the_matrix(tmp_path, monkeypatch):
     """A refused cell's run logged no params (its preset reads "None"); the report still knows the preset."""
-    from fedrun.report import cli
+    from fedrun.app import report as cli
 
-    monkeypatch.setattr(matrix, "refusals", lambda preset, axes: {})
+    monkeypatch.setattr(cli, "matrix_refusals", lambda preset, axes: {})
     frame = runs().assign(status="FINISHED", reason="", start_time=1, **{"param:choices.experiment": PRESET})
     frame["run_id"] = [f"r{i}" for i in range(len(frame))]
     refused = {"run_id": "refused", "status": "FAILED", "start_time": 2,
@@ -121,7 +121,7 @@ def test_a_run_refused_before_training_does_not_hide_the_matrix(tmp_path, monkey
 
 def test_one_row_under_two_attacks_is_two_variants_in_the_claims():
     """rCL4FedRec Fig. 4 runs the same row under A-hum and PSMU: each seed once per attack, not twice per row."""
-    from fedrun.report.cli import variant_columns
+    from fedrun.app.report import variant_columns
     from fedrun.report.paper import order_claims
 
     rows = []
@@ -146,7 +146,7 @@ def test_runs_that_did_not_finish_are_listed_once_per_reason():
     for another reason keeps a line of its own, in order of first appearance."""
     import pandas as pd
 
-    from fedrun.report.cli import unfinished_lines
+    from fedrun.app.report import unfinished_lines
 
     refused = "ConfigError: attack='eb' is not allowed"
     failed = pd.DataFrame({"run_id": ["a", "b", "c", "d"], "status": ["FAILED", "KILLED", "FAILED", "FAILED"],

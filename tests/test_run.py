@@ -7,9 +7,9 @@ import torch
 import torch.utils.deterministic
 from mlflow.tracking import MlflowClient
 
-from fedrun import experiment
-from fedrun.report.cli import main as report_main
-from fedrun.simulator.loop import NumericalError
+from fedrun.app import experiment
+from fedrun.app.report import main as report_main
+from fedrun.sim.loop import NumericalError
 from tests.conftest import SMALL, compose_cfg, make_method, round_of
 
 
@@ -151,7 +151,7 @@ def test_report_ledger_without_run_columns_is_refused(tmp_path, capsys):
 def test_report_groups_by_options_and_swept_values_only():
     import pandas as pd
 
-    from fedrun.report.cli import group_columns
+    from fedrun.app.report import group_columns
 
     frame = pd.DataFrame({
         "param:choices.method": ["fedavg", "fedavg", "central", "central"],
@@ -167,7 +167,7 @@ def test_report_groups_by_options_and_swept_values_only():
 def test_report_rows_sort_numbers_by_value():
     import pandas as pd
 
-    from fedrun.report.cli import summarize
+    from fedrun.app.report import summarize
 
     frame = pd.DataFrame({
         "status": ["FINISHED"] * 4, "param:choices.method": ["rcl4fedrec"] * 4,
@@ -199,7 +199,7 @@ def test_a_param_added_after_a_run_does_not_split_its_row():
     """Runs recorded before a config key existed lack its param; with its null default they ran the same."""
     import pandas as pd
 
-    from fedrun.report.cli import absent_as_null, summarize
+    from fedrun.app.report import absent_as_null, summarize
 
     frame = absent_as_null(pd.DataFrame({
         "status": ["FINISHED"] * 3, "param:choices.method": ["fedavg"] * 3, "param:choices.backbone": ["mf"] * 3,
@@ -296,7 +296,7 @@ def test_execution_settings_are_not_row_variants():
     setting that changes what is computed (epochs) still splits it."""
     import pandas as pd
 
-    from fedrun.report.cli import group_columns
+    from fedrun.app.report import group_columns
 
     frame = pd.DataFrame({
         "param:choices.method": ["fedcl"] * 4, "param:choices.backbone": ["fedcl/ncf"] * 4,
@@ -325,7 +325,7 @@ def test_evaluation_chunk_size_does_not_change_metrics():
 def test_report_counts_the_latest_of_rerun_seeds_and_lists_the_others():
     import pandas as pd
 
-    from fedrun.report.cli import drop_reruns, summarize
+    from fedrun.app.report import drop_reruns, summarize
 
     frame = pd.DataFrame({
         "run_id": ["old", "a", "new", "b", "failed"], "status": ["FINISHED"] * 4 + ["FAILED"],
@@ -346,7 +346,7 @@ def test_runs_that_differ_where_a_choice_was_not_logged_are_not_reruns():
     runs at different ε apart (pandas 3's astype(str) kept the missing cells missing and grouped them away)."""
     import pandas as pd
 
-    from fedrun.report.cli import drop_reruns
+    from fedrun.app.report import drop_reruns
 
     nan = float("nan")
     frame = pd.DataFrame({
@@ -376,7 +376,7 @@ def test_test_every_logs_learning_curves_without_selecting():
 
     built = experiment.build_run(compose_cfg(SMALL + ["sim.epochs=3", "sim.test_every=1", "sim.eval_every=0"]))
     recorder = Recorder()
-    from fedrun.simulator.loop import run_loop
+    from fedrun.sim.loop import run_loop
 
     run_loop(built.trainer, built.evaluator, recorder, built.plan.sim, "t")
     per_epoch = built.trainer.rounds_per_epoch()
@@ -397,7 +397,7 @@ def test_negatives_drawn_once_stay_the_same_every_round():
 def test_a_model_that_diverged_in_its_last_round_is_never_scored():
     """The loop checks the model before testing: a NaN in any floating tensor of its state ends the run
     with the component and round named, instead of a FINISHED run scored on NaN."""
-    from fedrun.sim.guards import NumericalError, check_model
+    from fedrun.kernels.guards import NumericalError, check_model
 
     method, _ = make_method(["backbone=ncf"])
     check_model(method.state_dict(), 3)  # a healthy model passes
@@ -411,7 +411,7 @@ def test_split_seeds_that_draw_nothing_are_not_counted_as_replicates():
     seed are one replicate (the later counts); under random_ratio they are two."""
     import pandas as pd
 
-    from fedrun.report.cli import drop_reruns
+    from fedrun.app.report import drop_reruns
 
     frame = pd.DataFrame({
         "run_id": ["loo-a", "loo-b", "ratio-a", "ratio-b"], "status": ["FINISHED"] * 4, "start_time": [1, 2, 3, 4],
@@ -429,8 +429,8 @@ def test_an_interrupt_while_the_run_is_being_built_records_nothing_and_says_so(m
     """Ctrl-C during data loading used to print "the run is marked KILLED" although no run existed."""
     from mlflow.tracking import MlflowClient
 
-    from fedrun import cli
-    from fedrun.experiment import AbortedBeforeStart
+    from fedrun.app import cli
+    from fedrun.app.experiment import AbortedBeforeStart
 
     def interrupted(cfg):
         raise KeyboardInterrupt
@@ -570,7 +570,7 @@ def test_the_report_marks_rows_at_or_below_their_floor(tmp_path):
 def test_the_report_reads_validation_metrics_against_the_validation_floor():
     import pandas as pd
 
-    from fedrun.report.cli import floor_mark
+    from fedrun.app.report import floor_mark
 
     group = pd.DataFrame({"metric:floor_recall_at_20": [.0119, .0119],
                           "metric:floor_valid_recall_at_20": [.0154, .0154]})
@@ -588,7 +588,7 @@ def test_a_row_from_before_the_floor_was_logged_takes_it_from_runs_on_the_same_s
     floor and went unmarked; the report now reads the floor of the other runs on the same split and protocol."""
     import pandas as pd
 
-    from fedrun.report.cli import floor_mark
+    from fedrun.app.report import floor_mark
 
     runs = pd.DataFrame({"param:dataset._target_": ["Ml1m", "Ml1m", "Ml1m", "Yelp"],
                          "param:dataset.split.protocol": ["predefined"] * 3 + ["loo"],
@@ -611,7 +611,7 @@ def test_a_store_that_fails_mid_run_is_one_named_error(monkeypatch, caplog):
 
     from mlflow.tracking import MlflowClient as Client
 
-    from fedrun.track.mlflow import TrackingError
+    from fedrun.store.calls import TrackingError
 
     real = Client.log_batch
 
@@ -714,8 +714,8 @@ def test_the_time_left_counts_training_and_the_validations_left_apart(caplog):
     the validation's minutes were spread over those 800 rounds as if each round cost that much. Resumed here
     at epoch 8 of 20 with validation every 5 epochs: 200 rounds at .1 s and one 30 s validation since, so
     10 s of training per epoch and 1,000 rounds (100 s) plus two validations (60 s) left."""
-    from fedrun.simulator.checkpoint import RunnerState
-    from fedrun.simulator.loop import _Pace
+    from fedrun.sim.checkpoint import RunnerState
+    from fedrun.sim.loop import _Pace
 
     caplog.set_level("INFO", logger="fedrun")
     pace = _Pace(first_round=800, n_rounds=2000, per_epoch=100, train_seconds=50.0, eval_every=5)
@@ -728,7 +728,7 @@ def test_the_time_left_counts_training_and_the_validations_left_apart(caplog):
 def test_the_run_loop_checks_every_run_for_a_risen_loss(monkeypatch):
     """The check is wired into every run: with the threshold at 1× (any last epoch at or above the lowest), an
     ordinary run is tagged."""
-    from fedrun.simulator.loop import _Pace
+    from fedrun.sim.loop import _Pace
 
     monkeypatch.setattr(_Pace, "RISE", 1.0)
     run(["track=mlflow", "track.experiment=rise", "sim.epochs=2"])
@@ -744,7 +744,7 @@ def test_a_risen_loss_names_the_privacy_noise_only_where_it_reaches_the_model(mo
     learning rate, while the loss grows with the noise scale (Yelp: .23 without noise, 13.6 at λ .2). Noise on
     the model updates (``item_rows``) is now named beside the step size; a run without it is told the step size
     only."""
-    from fedrun.simulator.loop import _Pace
+    from fedrun.sim.loop import _Pace
 
     monkeypatch.setattr(_Pace, "RISE", 1.0)
     run(["method=fedavg", f"privacy={privacy}"])
@@ -755,7 +755,7 @@ def test_a_risen_loss_names_the_privacy_noise_only_where_it_reaches_the_model(mo
 def test_a_training_loss_that_rose_tenfold_is_said_and_tagged(caplog):
     """FedGNN without its LDP clip at the lr chosen under it: the loss went from .69 to 4,657, still finite, and
     the run reported the best validated model of epoch 2 as if training had gone well. Such a run now says so."""
-    from fedrun.simulator.loop import _Pace
+    from fedrun.sim.loop import _Pace
 
     class Tags:
         tags: dict = {}

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fedrun import experiment
+from fedrun.app import experiment
 from fedrun.errors import ConfigError
 from fedrun.eval.base import EvalConfig, Evaluator
+from fedrun.kernels.config import SimConfig
 from fedrun.method.base import Method, RoundStats
-from fedrun.sim.config import SimConfig
-from fedrun.simulator.checkpoint import RunnerState, snapshot
-from fedrun.simulator.loop import run_loop
-from fedrun.simulator.trainer import CentralTraining
+from fedrun.sim.checkpoint import RunnerState, snapshot
+from fedrun.sim.loop import run_loop
+from fedrun.sim.trainer import CentralTraining
 from fedrun.track.none import NoTracking, NoTrackingConfig
 from tests.conftest import SMALL, compose_cfg
 
@@ -94,7 +94,7 @@ def test_snapshot_does_not_follow_later_in_place_updates():
 
 
 def test_selection_state_survives_a_checkpoint_round_trip(tmp_path):
-    from fedrun.simulator import checkpoint
+    from fedrun.sim import checkpoint
     state = RunnerState(next_round=3, best_valid=0.4, best_round=2, stale=1,
                         best_state={"private_user": torch.ones(2, 2), "server": {"step": torch.tensor(2)}})
     checkpoint.save(tmp_path / "c.pt", {}, state, "", None)

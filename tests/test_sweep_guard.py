@@ -1,12 +1,12 @@
 """A launcher error after a stop ends the sweep as a stop (one line, the runs it lost marked KILLED, exit 130 /
-143); without a stop it passes through untouched (fedrun.sweep.guard_launcher)."""
+143); without a stop it passes through untouched (fedrun.sim.sweep.guard_launcher)."""
 
 from __future__ import annotations
 
 import pytest
 
-from fedrun import sweep
-from fedrun.track import mlflow as track
+from fedrun.sim import sweep
+from fedrun.store import runs as track
 
 
 class LosingLauncher:

@@ -9,7 +9,7 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
-from fedrun.track.mlflow import TrackingError, store_call
+from fedrun.store.calls import TrackingError, store_call
 
 OPEN_AND_START = """
 import sys
@@ -40,8 +40,8 @@ def test_a_broken_tracking_store_is_one_named_line_before_any_data_is_read(case,
     import socket
     import time
 
+    from fedrun.app.experiment import plan
     from fedrun.errors import ConfigError
-    from fedrun.experiment import plan
     from tests.conftest import SMALL, compose_cfg
 
     if case == "no server":
@@ -78,8 +78,8 @@ def test_an_experiment_name_the_store_cannot_hold_is_refused_before_any_data_is_
                                                                                       monkeypatch):
     """MLflow keeps 256 characters of a name: a longer one failed at run creation, after the data was loaded,
     as "'NoneType' object has no attribute 'experiment_id'"."""
+    from fedrun.app.experiment import plan
     from fedrun.errors import ConfigError
-    from fedrun.experiment import plan
     from tests.conftest import SMALL, compose_cfg
 
     monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "no-data-here"))
@@ -126,7 +126,7 @@ def test_only_runs_whose_process_is_certainly_gone_are_judged():
     machine or a pid now held by another process means the owner is gone."""
     import os
 
-    from fedrun.track.liveness import BOOT, HOST, PID, PID_NS, STARTED, gone_reason, owner_tags
+    from fedrun.store.liveness import BOOT, HOST, PID, PID_NS, STARTED, gone_reason, owner_tags
 
     here = owner_tags()
     if not here[PID_NS] or not here[STARTED]:
@@ -146,7 +146,7 @@ def test_a_sweep_run_is_owned_by_the_hydra_parent_and_ended_once_that_process_is
     folder, so it is judged by that process (alive: left alone; gone: KILLED), not by the job that created it."""
     import json
 
-    from fedrun.track.liveness import SWEEP_OWNER, owner_tags
+    from fedrun.store.liveness import SWEEP_OWNER, owner_tags
     from fedrun.track.mlflow import Mlflow, MlflowConfig
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

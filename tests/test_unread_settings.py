@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fedrun.app.experiment import plan
 from fedrun.errors import ConfigError
-from fedrun.experiment import plan
 from tests.conftest import SMALL, compose_cfg, make_method, round_of
 
 SMALL_VIEWS = ["method.synthetic_users=6", "method.synthetic_items=5", "method.synthetic_fit_steps=20"]

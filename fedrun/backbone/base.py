@@ -61,7 +61,7 @@ class Backbone:
     @property
     def user_context(self) -> str:
         """What a user is to this model: ``ids`` (a private row per user) or ``sequence`` (inferred from
-        the user's history) — declared so ``fedrun.build`` can match it with a method's client step."""
+        the user's history) — declared so ``fedrun.app.build`` can match it with a method's client step."""
         return "sequence" if self.sequential else "ids"
 
     def __init__(self, config: BackboneConfig):

@@ -17,7 +17,7 @@ Two ways to propagate, both here as plain tensor functions:
 - ``BipartiteGraph``: the whole normalised graph as two sparse CSR products (centralized
   training, evaluation) — one product per direction and layer;
 - ``propagate_edges``: any graph given as a weighted edge list — the clients' ego graphs,
-  block-diagonal over a bucket of clients (``fedrun.sim.ego``): on the CPU as CSR products
+  block-diagonal over a bucket of clients (``fedrun.kernels.ego``): on the CPU as CSR products
   (``EdgeOperator``), elsewhere by segment sums (``SegmentSums``); the same sums in the same order.
 
 Open points (the paper leaves them to the code): normalisation uses the training graph's

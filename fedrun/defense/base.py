@@ -2,9 +2,9 @@
 
 A rule receives :class:`Uploads` only (the privacy boundary) and returns an
 :class:`Aggregate`. Every server-side sum goes through a rule, and every rule sums through the
-reduction seam (``fedrun.sim.rows.RowReducer``).
+reduction seam (``fedrun.kernels.rows.RowReducer``).
 
-Declared capabilities (checked by ``fedrun.build.check_combination`` before any data is read):
+Declared capabilities (checked by ``fedrun.app.build.check_combination`` before any data is read):
   - ``linear``: the rule is Σ_c w_c Δ_c / (Σ_c w_c or 1) per row; it then exposes its client
     weights (the FedSGD fast path aggregates through one backward pass with them);
   - ``offers_exact_sum``: it can hand a method whose server rule is a sum (FedMF, LightFR,
@@ -19,7 +19,7 @@ from typing import ClassVar
 
 import torch
 
-from fedrun.sim.rows import LOCAL, RowReducer
+from fedrun.kernels.rows import LOCAL, RowReducer
 from fedrun.types import Aggregate, RoundContext, Uploads
 
 

@@ -21,9 +21,9 @@ from fedrun.core.paths import cache_dir
 from fedrun.data.splits import Split
 from fedrun.eval.base import Evaluator
 from fedrun.eval.metrics import RATING_METRICS
+from fedrun.kernels.env import RunEnv
 from fedrun.method.base import Method
 from fedrun.method.pop import Pop, PopConfig
-from fedrun.sim.env import RunEnv
 
 BIAS_DAMPING = 10.0  # shrinkage of the bias means toward 0 (Koren 2010's baseline predictor, λ ≈ 10–25)
 

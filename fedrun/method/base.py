@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Sequence
 import torch
 
 from fedrun.data.client_store import ClientStore
-from fedrun.sim.env import RunEnv
+from fedrun.kernels.env import RunEnv
 
 
 @dataclass
@@ -35,7 +35,7 @@ class Method:
     def l2_step_lr(cls, config: Any) -> float | None:
         """The lr of the plain-SGD local step on a private user row u whose L2 term's gradient is 2·l2·u (u's
         ‖u‖² in each example, the loss their mean): through that term one step multiplies the row by
-        1 − 2·lr·l2, which ``fedrun.build.check_combination`` keeps above 0. None where the method's L2 is
+        1 − 2·lr·l2, which ``fedrun.app.build.check_combination`` keeps above 0. None where the method's L2 is
         not such a step (Adam, momentum, a summed loss, no private row)."""
         return None
 

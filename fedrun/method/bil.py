@@ -45,11 +45,11 @@ from fedrun.backbone.base import PublicParams
 from fedrun.backbone.mf import MF
 from fedrun.data.client_store import ClientStore
 from fedrun.errors import ConfigError, check_choice, check_positive
+from fedrun.kernels.batching import LocalProblem
+from fedrun.kernels.local import slot_rows
+from fedrun.kernels.server_opt import ServerOptimizerConfig
 from fedrun.method.fedcl import FedCL, FedCLConfig
 from fedrun.method.server import OptimizerServer, Server
-from fedrun.sim.batching import LocalProblem
-from fedrun.sim.local import slot_rows
-from fedrun.sim.server_opt import ServerOptimizerConfig
 from fedrun.types import Aggregate, RoundContext
 
 

@@ -27,10 +27,10 @@ from fedrun.core.seeding import derive_seed, generator
 from fedrun.data.client_store import ClientStore
 from fedrun.data.negatives import sample_negatives
 from fedrun.errors import check
+from fedrun.kernels.env import RunEnv
+from fedrun.kernels.local import ClientOptimizer
 from fedrun.method.base import Method, RoundStats
 from fedrun.method.graph_contrast import ContrastConfig, GraphContrast
-from fedrun.sim.env import RunEnv
-from fedrun.sim.local import ClientOptimizer
 
 
 @dataclass

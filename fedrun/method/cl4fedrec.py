@@ -51,12 +51,12 @@ from fedrun.backbone.losses import per_client_loss
 from fedrun.core import hashrng
 from fedrun.core.seeding import derive_seed, generator
 from fedrun.errors import check, check_choice, check_positive
+from fedrun.kernels.batching import LocalProblem
+from fedrun.kernels.local import ClientOptimizer, problem_loss, slot_rows
 from fedrun.method.fedavg import FedAvg, FedAvgConfig
 from fedrun.method.federated import ClientResult, Exchange, Needs
 from fedrun.method.server import OptimizerServer
 from fedrun.privacy.base import Privacy
-from fedrun.sim.batching import LocalProblem
-from fedrun.sim.local import ClientOptimizer, problem_loss, slot_rows
 from fedrun.types import Aggregate, RoundContext
 
 USER_VIEWS = ("synthetic", "none")

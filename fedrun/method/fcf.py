@@ -36,10 +36,10 @@ from fedrun.backbone.base import PublicParams
 from fedrun.backbone.pmf import PMF
 from fedrun.defense.base import Defense
 from fedrun.errors import ConfigError, check_positive
+from fedrun.kernels.server_opt import ServerOptimizerConfig
 from fedrun.method.federated import FastRound, FederatedMethod, Needs
 from fedrun.method.rating_scale import RatingScale
 from fedrun.method.server import OptimizerServer, Server
-from fedrun.sim.server_opt import ServerOptimizerConfig
 from fedrun.types import Aggregate, ClientBatch, RoundContext
 
 

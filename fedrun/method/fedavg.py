@@ -31,14 +31,14 @@ from fedrun.backbone.losses import example_sq_norms, per_client_loss
 from fedrun.data.negatives import sample_batch_negatives, sample_flat_negatives
 from fedrun.defense.base import Defense
 from fedrun.errors import check, check_choice
+from fedrun.kernels.batching import LocalProblem, local_problem
+from fedrun.kernels.ego import EgoProtocol
+from fedrun.kernels.local import ClientOptimizer, problem_loss, scale_gradient
+from fedrun.kernels.rows import gather_rows
+from fedrun.kernels.server_opt import ServerOptimizerConfig
 from fedrun.method.federated import ClientResult, Exchange, FastRound, FederatedMethod, Needs
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.privacy.base import Privacy
-from fedrun.sim.batching import LocalProblem, local_problem
-from fedrun.sim.ego import EgoProtocol
-from fedrun.sim.local import ClientOptimizer, problem_loss, scale_gradient
-from fedrun.sim.rows import gather_rows
-from fedrun.sim.server_opt import ServerOptimizerConfig
 from fedrun.types import ClientBatch
 
 
@@ -60,7 +60,7 @@ class FedAvgConfig:
 class FedAvg(FederatedMethod):
     Config = FedAvgConfig
     has_fedsgd_path = True
-    graph_backbones = True  # LightGCN over each client's ego graph (fedrun.sim.ego)
+    graph_backbones = True  # LightGCN over each client's ego graph (fedrun.kernels.ego)
 
     def __init__(self, config: FedAvgConfig, env):
         super().__init__(config, env)

@@ -41,7 +41,7 @@ Choices where the paper is open (each a config field, logged with the run):
   - L2 (``backbone.l2``; the paper names none): per positive, l2·(‖u‖² + ‖p‖²
     + Σ‖n‖² over its local negatives), averaged over the client's positives as Eq. 1 is, like the other
     methods' per-example L2. The semi-hard negatives (sent by the server, shared by all the client's
-    positives) carry none. Sequential backbones have no user row and refuse it (``fedrun.build``). One
+    positives) carry none. Sequential backbones have no user row and refuse it (``fedrun.app.build``). One
     local step multiplies a user row by 1 − 2·user_lr·l2 through it: l2 ≥ 1 / (2·user_lr) (.05 at lr 10)
     would flip the row's sign each step, and is refused (measured: l2 .1 diverged, docs/results/below-floor.md).
     The NCF presets (``backbone=fedcl/ncf``) use 3e-2, chosen on ML-1M and Sports validation from 1e-3 / 1e-2
@@ -67,14 +67,14 @@ from fedrun.core.seeding import derive_seed, generator
 from fedrun.data.negatives import sample_client_negatives
 from fedrun.defense.base import Defense
 from fedrun.errors import ConfigError, check, check_choice
+from fedrun.kernels.batching import LocalProblem, local_problem
+from fedrun.kernels.local import ClientOptimizer, slot_rows
+from fedrun.kernels.rows import gather_rows
+from fedrun.kernels.server_opt import ServerOptimizerConfig
 from fedrun.method.federated import Exchange, FederatedMethod, Needs
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.privacy.base import Privacy
 from fedrun.retrieval.hard_negatives import HardNegativeConfig, HardNegativeServer
-from fedrun.sim.batching import LocalProblem, local_problem
-from fedrun.sim.local import ClientOptimizer, slot_rows
-from fedrun.sim.rows import gather_rows
-from fedrun.sim.server_opt import ServerOptimizerConfig
 from fedrun.types import ClientBatch, EmbeddingUploads
 
 

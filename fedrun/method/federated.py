@@ -1,6 +1,6 @@
 """The contract of a federated method: a client step and a server step, plus the protocol
 phases a method declares. The round that calls them exists once, above the methods
-(``fedrun.simulator.round``); a method never owns privacy, attack or defense.
+(``fedrun.sim.round``); a method never owns privacy, attack or defense.
 
 A method fills:
   - ``make_server``: its server program (``fedrun.method.server.Server``: the download view, its own
@@ -13,7 +13,7 @@ A method fills:
     ``client_protocol`` (a client-side phase after the client steps: FedRec++'s relay to its
     denoisers), ``observe_uploads`` (statistics of the uploads: audits, accounting), ``traffic``;
   - ``needs``: what the method requires of the other components (``Needs``), checked by
-    ``fedrun.build.check_combination`` before any data is read.
+    ``fedrun.app.build.check_combination`` before any data is read.
 """
 
 from __future__ import annotations
@@ -30,15 +30,15 @@ from fedrun.data.client_store import ClientStore
 from fedrun.data.negatives import sample_batch_negatives
 from fedrun.data.statistics import server_statistics
 from fedrun.defense.base import Defense
+from fedrun.kernels.batching import LocalProblem, local_problem
+from fedrun.kernels.env import RunEnv
+from fedrun.kernels.guards import UploadSchema
+from fedrun.kernels.local import ClientOptimizer, LocalResult, problem_loss, train_local
+from fedrun.kernels.rows import LOCAL, RowReducer
+from fedrun.kernels.sampling import ClientSampler
 from fedrun.method.base import Method
 from fedrun.method.server import Server
 from fedrun.privacy.base import Privacy
-from fedrun.sim.batching import LocalProblem, local_problem
-from fedrun.sim.env import RunEnv
-from fedrun.sim.guards import UploadSchema
-from fedrun.sim.local import ClientOptimizer, LocalResult, problem_loss, train_local
-from fedrun.sim.rows import LOCAL, RowReducer
-from fedrun.sim.sampling import ClientSampler
 from fedrun.types import Aggregate, ClientBatch, RoundContext, Uploads
 
 
@@ -332,7 +332,7 @@ class FederatedMethod(Method):
 
     def prepare_batch(self, batch: ClientBatch, round_index: int) -> ClientBatch:
         """What the clients do to their own pairs before the round's training (FedGNN's pseudo items,
-        PerFedRec++'s masking: ``fedrun.sim.pseudo``); the pairs as they are by default."""
+        PerFedRec++'s masking: ``fedrun.method._pseudo``); the pairs as they are by default."""
         return batch
 
     def negative_seed(self, round_index: int) -> int:

@@ -2,8 +2,8 @@
 Recommendation", 2021) — PerFedRec++'s federated GNN baseline (Table 4), on LightGCN.
 
 Per round: the clients refresh their shared user embeddings and expand their local graphs with
-the neighbours the matching party sends back (§3.3, ``fedrun.sim.ego``); each client replaces a
-``pseudo_share`` of its pairs with pseudo items (§3.4, ``fedrun.sim.pseudo``: the authors' code
+the neighbours the matching party sends back (§3.3, ``fedrun.kernels.ego``); each client replaces a
+``pseudo_share`` of its pairs with pseudo items (§3.4, ``fedrun.method._pseudo``: the authors' code
 replaces 10%, it does not add), trains FedAvg's local step on LightGCN over its ego graph and
 uploads the deltas of every row of its local table (real, pseudo and negative items alike);
 the server averages them per row.
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 from fedrun.core.seeding import derive_seed
 from fedrun.errors import check_fraction
+from fedrun.method._pseudo import perturb_pairs
 from fedrun.method.fedavg import FedAvg, FedAvgConfig
-from fedrun.sim.pseudo import perturb_pairs
 from fedrun.types import ClientBatch
 
 

@@ -32,10 +32,10 @@ from dataclasses import dataclass
 import torch
 
 from fedrun.errors import check, check_choice
+from fedrun.kernels.rows import LOCAL, RowReducer
 from fedrun.method.federated import Needs, Traffic
 from fedrun.method.fedrec import FedRec, FedRecConfig
 from fedrun.privacy.paillier import PaillierKeys, PaillierSum, ciphertext_bytes
-from fedrun.sim.rows import LOCAL, RowReducer
 from fedrun.types import Uploads
 
 

@@ -29,13 +29,13 @@ from fedrun.backbone.base import PublicParams
 from fedrun.core.seeding import derive_seed
 from fedrun.data.negatives import sample_unrated
 from fedrun.errors import check, check_fraction, check_positive
+from fedrun.kernels.batching import LocalProblem, local_problem
+from fedrun.kernels.local import slot_rows
+from fedrun.kernels.server_opt import ServerOptimizerConfig
 from fedrun.method.federated import ClientResult, FederatedMethod
 from fedrun.method.rating_scale import require_rating_model
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.privacy.audit import MembershipAudit
-from fedrun.sim.batching import LocalProblem, local_problem
-from fedrun.sim.local import slot_rows
-from fedrun.sim.server_opt import ServerOptimizerConfig
 from fedrun.types import ClientBatch, RoundContext, Uploads
 
 

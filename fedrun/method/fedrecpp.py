@@ -6,7 +6,7 @@ with virtual ratings, at the price of gradient noise. FedRec++ removes that nois
   - η denoising clients Ũ are drawn once, at random (Alg. 1 line 1);
   - an ordinary client uploads ∇V(u,i), i ∈ I_u ∪ I'_u, to the server as in FedRec (Eq. 4) and
     sends its noise ∇V^N(u,i) = ∇V(u,i), i ∈ I'_u (Eq. 8), to one random denoiser over an
-    anonymous channel (``fedrun.sim.channel``: the denoiser learns no sender);
+    anonymous channel (``fedrun.method._channel``: the denoiser learns no sender);
   - a denoiser samples nothing, holds its own ∇V(ũ,i), i ∈ I_ũ, and after collecting uploads
     ∇V^S(ũ,i) = Σ_{u→ũ} ∇V^N(u,i) − ∇V(ũ,i) with the counts |U'_i^ũ| (Eq. 9, Alg. 2 l. 16–19);
   - the server subtracts: ∇V_i ← Σ_ord ∇V(u,i) − Σ_ũ ∇V^S(ũ,i) (Eq. 5), divides by
@@ -39,13 +39,13 @@ from fedrun.backbone.base import PublicParams
 from fedrun.core import hashrng
 from fedrun.core.seeding import derive_seed, generator
 from fedrun.errors import ConfigError, check
+from fedrun.kernels.guards import check_finite
+from fedrun.kernels.rows import sum_by_key
+from fedrun.kernels.server_opt import ServerOptimizerConfig
+from fedrun.method._channel import AnonymousChannel
 from fedrun.method.federated import ClientResult, Needs
 from fedrun.method.fedrec import FedRec, FedRecConfig, RatingProblem
 from fedrun.method.server import OptimizerServer, Server
-from fedrun.sim.channel import AnonymousChannel
-from fedrun.sim.guards import check_finite
-from fedrun.sim.rows import sum_by_key
-from fedrun.sim.server_opt import ServerOptimizerConfig
 from fedrun.types import Aggregate, ClientBatch, DenoiserUploads, RelayedRows, RoundContext, Uploads
 
 

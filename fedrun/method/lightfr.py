@@ -63,11 +63,11 @@ from fedrun.backbone.base import PublicParams
 from fedrun.backbone.binary_mf import BinaryMF
 from fedrun.core.seeding import generator
 from fedrun.errors import ConfigError, check, check_choice, check_fraction, check_positive
+from fedrun.kernels.batching import LocalProblem
+from fedrun.kernels.rows import sum_by_key
 from fedrun.method.federated import ClientResult, FederatedMethod, Needs, Traffic
 from fedrun.method.rating_scale import RatingScale
 from fedrun.method.server import Server
-from fedrun.sim.batching import LocalProblem
-from fedrun.sim.rows import sum_by_key
 from fedrun.types import Aggregate, RoundContext, Uploads
 
 

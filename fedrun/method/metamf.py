@@ -41,12 +41,12 @@ from fedrun.core.seeding import generator
 from fedrun.data.client_store import ClientStore
 from fedrun.defense.base import Defense
 from fedrun.errors import check
+from fedrun.kernels.batching import LocalProblem
+from fedrun.kernels.guards import UploadSchema
+from fedrun.kernels.server_opt import ServerOptimizerConfig
 from fedrun.method.federated import ClientResult, FederatedMethod, Needs
 from fedrun.method.rating_scale import require_rating_model
 from fedrun.method.server import OptimizerServer, Server
-from fedrun.sim.batching import LocalProblem
-from fedrun.sim.guards import UploadSchema
-from fedrun.sim.server_opt import ServerOptimizerConfig
 from fedrun.types import Aggregate, RoundContext, Uploads
 
 RECEIVED = ("right", "w1", "b1", "w2", "b2")  # what a client receives besides A_u's rows (dense, per client)

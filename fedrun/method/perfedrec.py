@@ -3,7 +3,7 @@ Algorithm 1 without the pre-training stage), on LightGCN over the clients' ego g
 
 Per round:
   1. selection (§4.3.2): once users are clustered, each cluster contributes clients in
-     proportion to its size (``fedrun.sim.clusters``); uniform before;
+     proportion to its size (``fedrun.method._clusters``); uniform before;
   2. the clients refresh their shared embeddings and expand their ego graphs (FedGNN, §4.2.2);
      the server refits k-means on the shared embeddings every ``recluster_every`` rounds
      (§4.3.1) from round ``cluster_from`` on;
@@ -44,15 +44,15 @@ import torch
 from fedrun.backbone.base import PublicParams
 from fedrun.defense.base import Defense
 from fedrun.errors import check, check_choice, check_positive
+from fedrun.kernels.batching import LocalProblem
+from fedrun.kernels.local import LocalResult
+from fedrun.kernels.sampling import ClientSampler
+from fedrun.kernels.server_opt import ServerOptimizerConfig
+from fedrun.method._clusters import ClusterModels
 from fedrun.method.federated import Exchange, Needs
 from fedrun.method.fedgnn import FedGNN, FedGNNConfig
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.privacy.base import Privacy
-from fedrun.sim.batching import LocalProblem
-from fedrun.sim.clusters import ClusterModels
-from fedrun.sim.local import LocalResult
-from fedrun.sim.sampling import ClientSampler
-from fedrun.sim.server_opt import ServerOptimizerConfig
 from fedrun.types import Aggregate, RoundContext, Uploads
 
 

@@ -37,12 +37,12 @@ import torch.nn.functional as F
 from fedrun.core import hashrng
 from fedrun.core.seeding import derive_seed, generator
 from fedrun.errors import check, check_positive
+from fedrun.kernels.ego import EgoGraphs, GraphProblem
+from fedrun.kernels.local import ClientOptimizer, problem_loss
 from fedrun.method.cl4fedrec import info_nce
 from fedrun.method.federated import Exchange
 from fedrun.method.perfedrec import PerFedRec, PerFedRecConfig
 from fedrun.privacy.base import Privacy
-from fedrun.sim.ego import EgoGraphs, GraphProblem
-from fedrun.sim.local import ClientOptimizer, problem_loss
 
 NOISE_BITS = 24
 

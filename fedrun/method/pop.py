@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from fedrun.kernels.env import RunEnv
 from fedrun.method.base import Method, RoundStats
-from fedrun.sim.env import RunEnv
 
 
 @dataclass

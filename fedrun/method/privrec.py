@@ -37,12 +37,12 @@ from fedrun.backbone.base import PublicParams
 from fedrun.core.seeding import generator
 from fedrun.data.client_store import ClientStore
 from fedrun.errors import check, check_positive
+from fedrun.kernels.batching import LocalProblem, local_problem
+from fedrun.kernels.local import ClientOptimizer, train_local
+from fedrun.kernels.server_opt import ServerOptimizerConfig
 from fedrun.method.federated import ClientResult, FederatedMethod, Needs
 from fedrun.method.rating_scale import RatingScale, require_rating_model
 from fedrun.method.server import OptimizerServer, Server
-from fedrun.sim.batching import LocalProblem, local_problem
-from fedrun.sim.local import ClientOptimizer, train_local
-from fedrun.sim.server_opt import ServerOptimizerConfig
 from fedrun.types import Aggregate, RoundContext, Uploads
 
 USER_INIT = "user_init"

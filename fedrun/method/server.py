@@ -4,7 +4,7 @@ A ``Server`` is built from the public parameters and its method's settings alone
 run's env, the client store, raw interactions or private parameters; what it reads from the data
 it receives as a value its method declares (CL4FedRec: item popularity, the server's public
 statistic). In the round it only ever receives :class:`Uploads` with the senders' ids and
-:class:`Aggregate` objects (steps 8–9 of ``fedrun.simulator.round``):
+:class:`Aggregate` objects (steps 8–9 of ``fedrun.sim.round``):
 
   - ``public``: the model view a round downloads (what an attacker and an auditor see too);
   - ``aggregate``: its own aggregation of the round's uploads through the defense (PerFedRec's
@@ -24,7 +24,7 @@ import torch
 
 from fedrun.backbone.base import PublicParams
 from fedrun.defense.base import Defense
-from fedrun.sim.server_opt import ServerOptimizer, ServerOptimizerConfig
+from fedrun.kernels.server_opt import ServerOptimizer, ServerOptimizerConfig
 from fedrun.types import Aggregate, RoundContext, Uploads
 
 

@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from fedrun.errors import check
+from fedrun.kernels.local import slot_rows
 from fedrun.method.cl4fedrec import CL4FedRec, CL4FedRecConfig, ContrastiveProblem, reduce_items
-from fedrun.sim.local import slot_rows
 
 
 @dataclass

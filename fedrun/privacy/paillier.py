@@ -25,7 +25,7 @@ import numpy as np
 import phe
 import torch
 
-from fedrun.sim.rows import RowReducer
+from fedrun.kernels.rows import RowReducer
 from fedrun.types import Aggregate, Uploads
 
 

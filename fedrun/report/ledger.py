@@ -28,7 +28,7 @@ def normalize(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def read(path: Path) -> pd.DataFrame:
-    """The ledger's runs, typed as :func:`fedrun.report.cli.collect` returns them; empty if the
+    """The ledger's runs, typed as :func:`fedrun.app.report.collect` returns them; empty if the
     file does not exist yet."""
     if not path.exists():
         return pd.DataFrame()

@@ -4,7 +4,7 @@ its peak over the run's evaluations (where the runs recorded it), and of the uti
 run under the server's own rule (the first row and column of the sweep).
 
 Cells hold the mean over seeds (± std in the tables, with the number of runs). A combination that the
-declared capabilities refuse (``fedrun.build.check_combination``: binary codes, encrypted or denoised
+declared capabilities refuse (``fedrun.app.build.check_combination``: binary codes, encrypted or denoised
 sums, a method that offers no client step) is shown as "n/a" with the refusal's reason; a combination
 not run yet is left empty.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import matplotlib
 import numpy as np
@@ -46,22 +47,6 @@ def utility_metric(preset: str, conf_dir: Path) -> str:
     """The utility a preset's matrix reports: its ``matrix.utility``, else test Recall@20."""
     node = OmegaConf.load(conf_dir / "experiment" / f"{preset}.yaml")
     return str(OmegaConf.select(node, "matrix.utility", default="test_recall_at_20"))
-
-
-def refusals(preset: str, axes: Axes) -> dict[tuple[str, str], str]:
-    """(row, defense) → the one-line reason the capabilities refuse it (checked without any data)."""
-    from fedrun.cli import compose
-    from fedrun.errors import ConfigError
-    from fedrun.experiment import plan
-
-    refused = {}
-    for row in axes.rows:
-        for column in axes.columns:
-            try:
-                plan(compose([f"+experiment={preset}", f"row={row}", f"defense={column}", "track=none"]))
-            except ConfigError as error:
-                refused[row, column] = str(error)
-    return refused
 
 
 def cells(done: pd.DataFrame, metric: str, axes: Axes) -> dict[tuple[str, str], np.ndarray]:
@@ -132,10 +117,14 @@ def heatmap(path: Path, panels: list[tuple[str, dict, str, tuple[float, float], 
     plt.close(figure)
 
 
-def render(done: pd.DataFrame, preset: str, conf_dir: Path, out: Path,
+Refusals = Callable[[str, Axes], dict[tuple[str, str], str]]  # (preset, axes) → {(row, defense): why refused}
+
+
+def render(done: pd.DataFrame, preset: str, conf_dir: Path, out: Path, refusals: Refusals,
            exposure: str = "test_er_at_5", utility: str | None = None) -> tuple[str, list[Path]]:
     """Markdown sections and the files written (PNG + CSV) for the matrix of ``preset``'s runs (``utility``: the
-    preset's own, ``utility_metric``, unless given)."""
+    preset's own, ``utility_metric``, unless given; ``refusals``: the combinations the capabilities refuse,
+    shown as n/a — the application checks them, ``fedrun.app.report.matrix_refusals``)."""
     axes = Axes.of(preset, conf_dir)
     if axes is None:
         return "", []
@@ -144,7 +133,7 @@ def render(done: pd.DataFrame, preset: str, conf_dir: Path, out: Path,
         raise ConfigError("matrix.utility", utility, "a metric the preset's runs logged (e.g. test_recall_at_20)")
     refused = refusals(preset, axes)
     er, quality = cells(done, exposure, axes), cells(done, utility, axes)
-    peak = cells(done, f"{exposure}_peak", axes)  # over each run's evaluations (fedrun.report.cli.exposure_over_run)
+    peak = cells(done, f"{exposure}_peak", axes)  # over each run's evaluations (fedrun.app.report.exposure_over_run)
     drop = utility_drop(quality, axes)
     png = out / "matrix.png"
     name = exposure.removeprefix("test_")

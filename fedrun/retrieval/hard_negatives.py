@@ -26,9 +26,9 @@ import torch
 from fedrun.backbone.base import Backbone, PublicParams
 from fedrun.core.seeding import derive_seed, generator
 from fedrun.errors import check, check_choice, check_fraction
+from fedrun.kernels.guards import check_finite
 from fedrun.retrieval.cluster import METHODS, Clusters, check_preaggregation, cluster
 from fedrun.retrieval.search import ENGINES, top_k_inner_product, top_k_scores
-from fedrun.sim.guards import check_finite
 from fedrun.types import EmbeddingUploads
 
 

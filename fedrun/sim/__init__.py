@@ -1,4 +1,3 @@
-"""The kernels of the simulator: client sampling, bucketing and padding, vectorized local
-training, row gathers and per-row reductions, upload guards, the server optimizer, and the
-run's environment (``RunEnv``, ``SimConfig``) every method receives. The round itself and
-the run loop live one layer up, in ``fedrun.simulator``."""
+"""The simulator layer (the ``sim`` config group), above the methods: the federated round (``round.py``, written
+once), the run loop beside it (``loop.py``: rounds, validation, early stop), checkpoints, signals, and a sweep's
+stop and its jobs (``sweep.py``)."""

@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from fedrun.build import parse_config
+from fedrun.app.build import parse_config
 from fedrun.dataset import (
     amazon_music,
     beauty,

@@ -1,5 +1,5 @@
 """The plain per-client loop for FedAvg on LightGCN over ego graphs: the oracle of the vectorized
-``fedrun.sim.ego`` path, written from the protocol's definition without its code.
+``fedrun.kernels.ego`` path, written from the protocol's definition without its code.
 
 For each client: its ego graph as a dense adjacency over [the client, its local items (positives
 and negatives), every other user holding one of those items], the client linked to its

@@ -15,8 +15,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from fedrun.report.cli import report_sweep
-from fedrun.track.mlflow import sweep_parents
+from fedrun.app.report import report_sweep
+from fedrun.store.runs import sweep_parents
 
 
 class ReportSweep(Callback):

@@ -14,13 +14,13 @@ from tqdm import tqdm
 
 from fedrun.errors import FedrunError
 from fedrun.eval.base import Evaluator
+from fedrun.kernels.config import SimConfig
+from fedrun.kernels.guards import NumericalError, check_model
 from fedrun.method.base import Method
-from fedrun.sim.config import SimConfig
-from fedrun.sim.guards import NumericalError, check_model
-from fedrun.simulator.checkpoint import RunnerState, snapshot
-from fedrun.simulator.round import FederatedRound
-from fedrun.simulator.signals import graceful_stop
-from fedrun.simulator.trainer import Trainer
+from fedrun.sim.checkpoint import RunnerState, snapshot
+from fedrun.sim.round import FederatedRound
+from fedrun.sim.signals import graceful_stop
+from fedrun.sim.trainer import Trainer
 from fedrun.track.base import Tracker
 
 __all__ = ["Interrupted", "NumericalError", "RunResult", "run_loop", "total_rounds"]

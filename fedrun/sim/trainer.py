@@ -1,16 +1,16 @@
 """What the run loop drives: a method's rounds. A federated method trains through the federated
 round (``round.py``); a method without clients (``central``, ``pop``, SVD++, ...) trains in its own
-centralized steps and has no round, privacy, attack or defense (``fedrun.build`` refuses them)."""
+centralized steps and has no round, privacy, attack or defense (``fedrun.app.build`` refuses them)."""
 
 from __future__ import annotations
 
 from fedrun.attack.base import Attack
 from fedrun.defense.base import Defense
+from fedrun.kernels.config import SimConfig
 from fedrun.method.base import Method, RoundStats
 from fedrun.method.federated import FederatedMethod
 from fedrun.privacy.base import Privacy
-from fedrun.sim.config import SimConfig
-from fedrun.simulator.round import FederatedRound
+from fedrun.sim.round import FederatedRound
 
 
 class CentralTraining:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from fedrun.backbone.base import Backbone
 from fedrun.data.splits import Split
 from fedrun.errors import ConfigError, DataError, check
-from fedrun.sim.config import SimConfig
+from fedrun.kernels.config import SimConfig
 
 if TYPE_CHECKING:
     from fedrun.eval.base import Evaluator

@@ -16,8 +16,8 @@ import torch
 from fedrun.backbone.base import Backbone
 from fedrun.backbone.losses import example_sq_norms, per_client_loss
 from fedrun.errors import check, check_choice, check_positive
-from fedrun.sim.batching import LocalProblem
-from fedrun.sim.rows import gather_rows
+from fedrun.kernels.batching import LocalProblem
+from fedrun.kernels.rows import gather_rows
 
 
 @dataclass
@@ -79,7 +79,7 @@ def problem_loss(backbone: Backbone, problem: LocalProblem, user: torch.Tensor, 
                  net: dict[str, torch.Tensor], reduction: str = "mean", l2: float | None = None) -> torch.Tensor:
     """Per-client loss [B] of each client's examples (their mean, or ``reduction="sum"``), scored with its
     local item table, with the backbone's per-example L2 (``l2`` overrides its weight) on the parameters
-    the examples use. A problem with an ``encode(user, item_table)`` (``fedrun.sim.ego.GraphProblem``)
+    the examples use. A problem with an ``encode(user, item_table)`` (``fedrun.kernels.ego.GraphProblem``)
     scores the representations it returns instead (LightGCN over the clients' ego graphs).
 
     user [B, du]; item_table [B, Lu, di] (each client's own copies); net shared or [B, *shape].

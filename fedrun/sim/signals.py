@@ -10,13 +10,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from fedrun.sweep import stop_requested
+from fedrun.sim.sweep import stop_requested
 
 
 class StopRequest:
     def __init__(self, stop_file: Path | None = None) -> None:
         self.signal: str | None = None
-        self.stop_file = stop_file  # a sweep's stop marker (``fedrun.sweep``), checked like a signal
+        self.stop_file = stop_file  # a sweep's stop marker (``fedrun.sim.sweep``), checked like a signal
 
     @property
     def requested(self) -> bool:

@@ -11,8 +11,8 @@ from fedrun.backbone.base import Backbone
 from fedrun.core.seeding import reproducible_on
 from fedrun.data.client_store import ClientStore
 from fedrun.data.splits import Split
-from fedrun.sim.batching import bucketize
-from fedrun.sim.config import SimConfig
+from fedrun.kernels.batching import bucketize
+from fedrun.kernels.config import SimConfig
 from fedrun.types import ClientBatch
 
 

@@ -27,12 +27,12 @@ import torch
 from fedrun.attack.base import Attack
 from fedrun.core.seeding import generator
 from fedrun.defense.base import Defense
+from fedrun.kernels.config import SimConfig
+from fedrun.kernels.guards import check_finite, check_uploads
+from fedrun.kernels.sampling import ClientSampler
 from fedrun.method.base import RoundStats
 from fedrun.method.federated import ClientResult, FederatedMethod
 from fedrun.privacy.base import Privacy
-from fedrun.sim.config import SimConfig
-from fedrun.sim.guards import check_finite, check_uploads
-from fedrun.sim.sampling import ClientSampler
 from fedrun.types import Aggregate, RoundContext, Uploads
 
 

@@ -30,7 +30,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from fedrun.track.liveness import SWEEP_OWNER, owner_tags
+from fedrun.store.liveness import SWEEP_OWNER, owner_tags
 
 STOP_MARKER = ".fedrun-stop"
 OVERRIDES = ".fedrun-overrides"  # the sweep's command line, for the sweep's own run (``sweep_parent``)
@@ -61,7 +61,7 @@ def stop_requested(path: Path | None) -> str | None:
 def exit_stopped(sweep_dir: str | Path, name: str) -> None:
     """End the sweep's run KILLED, say how to resume, and exit 130 (SIGINT) or 143 (SIGTERM)."""
     from fedrun.errors import FedrunError
-    from fedrun.track.mlflow import end_sweep_parents
+    from fedrun.store.runs import end_sweep_parents
 
     try:
         end_sweep_parents(sweep_dir, "KILLED")
@@ -95,7 +95,7 @@ def guard_launcher(target: str, sweep_dir: str | Path) -> None:
             if name is None:
                 raise
             from fedrun.errors import FedrunError
-            from fedrun.track.mlflow import end_orphaned_jobs
+            from fedrun.store.runs import end_orphaned_jobs
 
             reason = (f"stopped by {name}: the launcher ended this job's process before the run recorded its end "
                       f"({type(err).__name__}); resume from its checkpoint if it wrote one")
@@ -164,7 +164,7 @@ class StopOnSignal(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from fedrun.errors import FedrunError
-        from fedrun.track.mlflow import end_sweep_parents
+        from fedrun.store.runs import end_sweep_parents
 
         name = stop_requested(marker(config.hydra.sweep.dir))
         if name is not None:

@@ -17,31 +17,14 @@ from omegaconf import DictConfig
 from fedrun.core import outdir
 from fedrun.core.paths import config_dir
 from fedrun.errors import ConfigError, FedrunError
-from fedrun.simulator.loop import Interrupted
-from fedrun.sweep import marker, request_stop, stop_requested
+from fedrun.sim.loop import Interrupted
+from fedrun.sim.sweep import marker, request_stop, stop_requested
 
 outdir.register()  # at import: a launcher's worker process unpickles the app from this module
 
 
-def compose(overrides: list[str]) -> DictConfig:
-    """The config one run with these overrides would see, composed outside the Hydra app (scripts,
-    tests): no ``hydra`` node, and the Hydra choices set so presets resolve as in a run."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import open_dict
-
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir(), version_base="1.3"):
-        cfg = hydra_compose("config", overrides=overrides, return_hydra_config=True)
-    HydraConfig.instance().set_config(cfg)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return cfg
-
-
 def _app(cfg: DictConfig) -> float | None:
-    from fedrun import experiment
+    from fedrun.app import experiment
 
     global _task_started
     _task_started = True
@@ -111,7 +94,7 @@ _task_started = False  # whether Hydra got as far as calling the app (else its o
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "info":  # fedrun info [group=option]: no Hydra app, no data
-        from fedrun.info import main as info
+        from fedrun.app.info import main as info
 
         sys.exit(info(sys.argv[2:]))
     try:

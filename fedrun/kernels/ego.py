@@ -40,7 +40,7 @@ from fedrun.backbone.lightgcn import EdgeOperator, edge_norm, propagate_edges
 from fedrun.core import hashrng
 from fedrun.core.seeding import derive_seed, generator
 from fedrun.data.client_store import ClientStore
-from fedrun.sim.batching import LocalProblem
+from fedrun.kernels.batching import LocalProblem
 from fedrun.types import EmbeddingUploads, ItemIdUploads
 
 Privatize = Callable[[torch.Tensor, torch.Generator], torch.Tensor]  # rows [B, d] → what leaves the clients

@@ -14,11 +14,12 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
+from fedrun.app.build import build, check_combination, parse_config, resolve_target
+from fedrun.app.validate import check_run, check_selection
 from fedrun.attack._known import sample_known
 from fedrun.attack._targets import choose_targets
 from fedrun.attack.base import Attack, AttackConfig, AttackSetup
 from fedrun.backbone.base import Backbone
-from fedrun.build import build, check_combination, parse_config, resolve_target
 from fedrun.core.interrupts import interrupts_ignored
 from fedrun.core.seeding import derive_seed
 from fedrun.data.files import data_dir
@@ -27,22 +28,21 @@ from fedrun.defense.base import Defense
 from fedrun.errors import ConfigError, FedrunError
 from fedrun.eval.base import Evaluator
 from fedrun.eval.floor import at_or_below, floor_metrics
+from fedrun.kernels.config import SimConfig
+from fedrun.kernels.env import RunEnv
 from fedrun.method.base import Method
 from fedrun.method.pop import Pop
 from fedrun.privacy.base import Privacy
 from fedrun.report.curves import learning_curve
 from fedrun.report.table import metrics_table
-from fedrun.sim.config import SimConfig
-from fedrun.sim.env import RunEnv
-from fedrun.simulator import checkpoint
-from fedrun.simulator.checkpoint import RunnerState
-from fedrun.simulator.loop import Interrupted, RunResult, run_loop
-from fedrun.simulator.trainer import Trainer, trainer_for
-from fedrun.sweep import OVERRIDES
-from fedrun.sweep import marker as sweep_marker
+from fedrun.sim import checkpoint
+from fedrun.sim.checkpoint import RunnerState
+from fedrun.sim.loop import Interrupted, RunResult, run_loop
+from fedrun.sim.sweep import OVERRIDES
+from fedrun.sim.sweep import marker as sweep_marker
+from fedrun.sim.trainer import Trainer, trainer_for
+from fedrun.store.runs import check_experiment_name
 from fedrun.track.base import Tracker
-from fedrun.track.mlflow import check_experiment_name
-from fedrun.validate import check_run, check_selection
 
 log = logging.getLogger("fedrun")
 GROUPS = ("dataset", "backbone", "method", "privacy", "attack", "defense", "eval", "track")
@@ -175,7 +175,7 @@ def run_record(b: Built, sweep: str | None, job: int | None) -> tuple[dict[str, 
             **{f"fedrun.{g}": p.choices[g] for g in GROUPS if p.choices[g]},
             **{f"fedrun.{g}": v for g in PRESET_GROUPS if (v := OmegaConf.select(p.cfg, f"choices.{g}"))}}
     if sweep:
-        tags.update({"fedrun.sweep": sweep, "fedrun.job": str(job)})
+        tags.update({"fedrun.sim.sweep": sweep, "fedrun.job": str(job)})
     clear = clear_uploads(b)
     if clear:
         tags["fedrun.clear_uploads"] = ",".join(clear)
@@ -358,7 +358,7 @@ def record_failure(cfg: DictConfig, err: Exception, sweep: str | None, job: int 
         experiment = experiment_name(configured, cfg, choices.get("dataset") or "fedrun")
         tags = {f"fedrun.{g}": v for g, v in choices.items() if v}
         if sweep:
-            tags.update({"fedrun.sweep": sweep, "fedrun.job": str(job)})
+            tags.update({"fedrun.sim.sweep": sweep, "fedrun.job": str(job)})
             parent = tracker.sweep_parent(experiment, sweep, sweep_overrides(sweep))
             if parent is not None:
                 tags["mlflow.parentRunId"] = parent

@@ -3,7 +3,7 @@
   fedrun info                  every group and option, with one line from its module's docstring
   fedrun info method=fedcl     one option: its docstring (paper, equations, open choices), its defaults,
                                the options of the other groups it runs with (from the declared
-                               capabilities: ``fedrun.build.check_combination``) and the presets using it
+                               capabilities: ``fedrun.app.build.check_combination``) and the presets using it
 Hydra's own ``fedrun --help`` keeps working.
 """
 
@@ -67,8 +67,8 @@ def compatibility(group: str, option: str) -> list[str]:
     """For a method: each option of the partner groups, and why not where it cannot run with it."""
     if group != "method":
         return []
-    from fedrun.cli import compose
-    from fedrun.experiment import plan
+    from fedrun.app.compose import compose
+    from fedrun.app.experiment import plan
 
     lines = []
     for partner in PARTNERS:

@@ -24,7 +24,7 @@ from fedrun.method.pop import Pop
 from fedrun.report import ledger, matrix
 from fedrun.report.paper import ALPHA, ROW_KEYS, beside_paper, claim_tests, order_claims, preset_paper
 from fedrun.report.table import markdown, natural_key
-from fedrun.track.mlflow import FAILURE_REASON, default_uri, experiment_id, open_client
+from fedrun.store.runs import FAILURE_REASON, default_uri, experiment_id, open_client
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -243,7 +243,7 @@ def render(frame: pd.DataFrame, title: str, metrics: list[str], out: Path) -> tu
     if paper is not None:
         text += paper_sections(finished, paper, str(presets[0]), out, files)
     if len(presets) == 1 and str(presets[0]).startswith("robustness/"):
-        section, made = matrix.render(finished, str(presets[0]), Path(config_dir()), out)
+        section, made = matrix.render(finished, str(presets[0]), Path(config_dir()), out, matrix_refusals)
         text, files = text + section, files + made
     if len(superseded):
         lines = [f"- {r.run_id}" for r in superseded.itertuples()]
@@ -376,6 +376,21 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     print("written: " + ", ".join(str(path) for path in files + ([args.ledger] if args.ledger else [])))
     return 0
+
+
+def matrix_refusals(preset: str, axes: matrix.Axes) -> dict[tuple[str, str], str]:
+    """(row, defense) → the one-line reason the capabilities refuse it (checked without any data)."""
+    from fedrun.app.compose import compose
+    from fedrun.app.experiment import plan
+
+    refused = {}
+    for row in axes.rows:
+        for column in axes.columns:
+            try:
+                plan(compose([f"+experiment={preset}", f"row={row}", f"defense={column}", "track=none"]))
+            except ConfigError as error:
+                refused[row, column] = str(error)
+    return refused
 
 
 if __name__ == "__main__":

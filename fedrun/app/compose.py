@@ -1,0 +1,25 @@
+"""The config one run would see, composed outside the Hydra app (``fedrun info``, scripts, tests)."""
+
+from __future__ import annotations
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from fedrun.core.paths import config_dir
+
+
+def compose(overrides: list[str]) -> DictConfig:
+    """The config one run with these overrides would see, composed outside the Hydra app (scripts,
+    tests): no ``hydra`` node, and the Hydra choices set so presets resolve as in a run."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import open_dict
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir(), version_base="1.3"):
+        cfg = hydra_compose("config", overrides=overrides, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg

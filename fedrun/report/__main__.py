@@ -1,5 +1,0 @@
-import sys
-
-from fedrun.report.cli import main
-
-sys.exit(main())
