@@ -357,7 +357,7 @@ def test_fedgnn_runs_with_linf_ldp_on_both_uploads():
     round_of(method).train_round(0)
     assert (method.public.item - before).abs().max() > 0
     # the neighbours' shared rows are the protected ones, not the private rows
-    assert not torch.allclose(method.ego.directory.shared, method.private.user)
+    assert not torch.allclose(method.context.ego.directory.shared, method.private.user)
 
 
 # -- PerFedRec: clusters, selection, the prediction mixture --------------------------------------------

@@ -26,19 +26,16 @@ from dataclasses import dataclass, field
 import torch
 
 from fedrun.backbone.base import PublicParams
-from fedrun.backbone.lightgcn import BipartiteGraph
 from fedrun.backbone.losses import example_sq_norms, per_client_loss
 from fedrun.data.negatives import sample_batch_negatives, sample_flat_negatives
 from fedrun.defense.base import Defense
 from fedrun.errors import check, check_choice
-from fedrun.kernels.batching import LocalProblem, local_problem
-from fedrun.kernels.ego import EgoProtocol
+from fedrun.kernels.batching import local_problem
 from fedrun.kernels.local import ClientOptimizer, problem_loss, scale_gradient
 from fedrun.kernels.rows import gather_rows
 from fedrun.kernels.server_opt import ServerOptimizerConfig
-from fedrun.method.federated import ClientResult, Exchange, FastRound, FederatedMethod, Needs
+from fedrun.method.federated import ClientResult, FastRound, FederatedMethod, Needs
 from fedrun.method.server import OptimizerServer, Server
-from fedrun.privacy.base import Privacy
 from fedrun.types import ClientBatch
 
 
@@ -65,67 +62,10 @@ class FedAvg(FederatedMethod):
     def __init__(self, config: FedAvgConfig, env):
         super().__init__(config, env)
         self.num_negatives = 0 if env.backbone.config.loss == "mse" else config.num_negatives
-        self.ego = None
-        if env.backbone.user_context == "graph":
-            backbone = env.backbone.config
-            self.ego = EgoProtocol(env.train, env.n_items, backbone.layers, backbone.neighbors, env.sim.seed)
-            self.graph = BipartiteGraph.from_store(env.train)  # evaluation: the union of the local graphs
-            self._tables: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @classmethod
     def needs(cls, config: FedAvgConfig) -> Needs:
         return Needs(user_contexts=frozenset({"ids", "graph"} if cls.graph_backbones else {"ids"}))
-
-    # -- graph backbones: neighbour expansion, ego-graph problems, ranking on the union graph ----------
-    def exchange(self, users: torch.Tensor, round_index: int, privacy: Privacy) -> Exchange:
-        """Graph backbones: the round's clients refresh their shared embeddings before expanding."""
-        if self.ego is None:
-            return super().exchange(users, round_index, privacy)
-        bytes_up = self.ego.refresh(self.private.user, users, round_index, privacy.privatize_embeddings)
-        return Exchange(bytes_up=float(bytes_up))
-
-    def problems(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None) -> list[LocalProblem]:
-        problems = super().problems(users, round_index, sent)
-        if self.ego is None:
-            return problems
-        return [self.ego.attach(problem, round_index, sent) for problem in problems]
-
-    def prepare_ranking(self) -> None:
-        if self.ego is not None:
-            self._tables = self.graph.propagate(self.private.user, self.public.item, self.env.backbone.config.layers)
-
-    def user_queries(self, users: torch.Tensor, history) -> torch.Tensor:
-        if self.ego is None:
-            return super().user_queries(users, history)
-        self.ensure_prepared()
-        return self._tables[0][users]
-
-    def state_dict(self) -> dict:
-        state = super().state_dict()
-        if self.ego is not None:
-            state["ego"] = self.ego.state_dict()
-        return state
-
-    def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
-        if self.ego is not None:
-            self.ego.load_state_dict(state.get("ego", {}))
-
-    @torch.no_grad()
-    def score_users(self, users: torch.Tensor, history=()) -> torch.Tensor:
-        if self.ego is None:
-            return super().score_users(users, history)
-        self.ensure_prepared()
-        user, item = self._tables
-        return user[users] @ item.T  # [U, I]
-
-    @torch.no_grad()
-    def score_pairs(self, users: torch.Tensor, items: torch.Tensor, history=()) -> torch.Tensor:
-        if self.ego is None:
-            return super().score_pairs(users, items, history)
-        self.ensure_prepared()
-        user, item = self._tables
-        return (user[users] * item[items]).sum(1)
 
     @classmethod
     def offers(cls, config: FedAvgConfig) -> frozenset[str]:
@@ -172,8 +112,8 @@ class FedAvg(FederatedMethod):
     def fedsgd_exact(self) -> bool:
         """The FedSGD pass computes the per-client mean loss with per-example L2 only, on the rows
         themselves (a graph backbone's clients score propagated rows: no per-example pass)."""
-        return (super().fedsgd_exact() and self.ego is None and self.config.loss_reduction in ("mean", "balanced")
-                and self.config.l2_scope == "example")
+        return (super().fedsgd_exact() and self.context.per_example
+                and self.config.loss_reduction in ("mean", "balanced") and self.config.l2_scope == "example")
 
     def negative_seed(self, round_index: int) -> int:
         return super().negative_seed(round_index if self.config.resample_negatives else 0)

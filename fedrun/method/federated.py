@@ -24,7 +24,6 @@ from typing import Any, Callable, ClassVar, Sequence
 import torch
 
 from fedrun.backbone.base import PrivateParams, PublicParams
-from fedrun.backbone.sequential import score_pairs, user_queries
 from fedrun.core.seeding import derive_seed, generator
 from fedrun.data.client_store import ClientStore
 from fedrun.data.negatives import sample_batch_negatives
@@ -37,6 +36,7 @@ from fedrun.kernels.local import ClientOptimizer, LocalResult, problem_loss, tra
 from fedrun.kernels.rows import LOCAL, RowReducer
 from fedrun.kernels.sampling import ClientSampler
 from fedrun.method.base import Method
+from fedrun.method.context import context_for
 from fedrun.method.server import Server
 from fedrun.privacy.base import Privacy
 from fedrun.types import Aggregate, ClientBatch, RoundContext, Uploads
@@ -127,6 +127,7 @@ class FederatedMethod(Method):
         private, public = env.backbone.init_params(env.n_users, env.n_items, generator(env.sim.seed, "init"))
         self.private = PrivateParams(private.user.to(env.device))  # client side
         self.user_dim = int(private.user.shape[1])  # du, the architecture's width of a user row (public)
+        self.context = context_for(env)  # how a user reaches the model: ids, sequence or graph (client side)
         statistics = server_statistics(self.needs(config).server_reads, env.split, env.n_items)
         self.server = self.make_server(
             PublicParams(public.item.to(env.device), {k: v.to(env.device) for k, v in public.net.items()}), statistics)
@@ -175,7 +176,9 @@ class FederatedMethod(Method):
 
     def prepare_ranking(self) -> None:
         """Client-side work before ranking with the current public model (cold-start codes, fast
-        adaptation); run once per server step by the scoring methods. None by default."""
+        adaptation); run once per server step by the scoring methods. By default the user context's (a
+        graph propagates the union of the local graphs)."""
+        self.context.prepare(self.private.user, self.public)
 
     def ensure_prepared(self) -> None:
         if self.prepared_for != self.server_steps:
@@ -189,8 +192,10 @@ class FederatedMethod(Method):
 
     def exchange(self, users: torch.Tensor, round_index: int, privacy: Privacy) -> Exchange:
         """A protocol step before local training (server ↔ clients; ``privacy`` protects what the
-        clients send in it); none by default."""
-        return Exchange()
+        clients send in it); by default the user context's (a graph's clients refresh the embeddings they
+        share), none for the others."""
+        bytes_up = self.context.exchange(self.private.user, users, round_index, privacy)
+        return Exchange() if bytes_up is None else Exchange(bytes_up=bytes_up)
 
     def local_loss(self, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
                    net: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -328,7 +333,7 @@ class FederatedMethod(Method):
                 negatives = sample_batch_negatives(batch.users, batch.pos, batch.pos_mask, self.num_negatives,
                                                    env.n_items, seed)
             out.append(local_problem(batch, negatives, env.n_items))
-        return out
+        return self.context.attach(out, round_index, sent)
 
     def prepare_batch(self, batch: ClientBatch, round_index: int) -> ClientBatch:
         """What the clients do to their own pairs before the round's training (FedGNN's pseudo items,
@@ -362,29 +367,29 @@ class FederatedMethod(Method):
 
     # -- state (checkpoints) ---------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"private_user": self.private.user, "server": self.server.state_dict()}
+        return {"private_user": self.private.user, "server": self.server.state_dict(), **self.context.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         with torch.no_grad():
             self.private.user.copy_(state["private_user"])
         self.server.load_state_dict(state["server"])
+        self.context.load_state_dict(state)
         self.prepared_for = None
 
     # -- evaluation (each client scores with its private row and the public model) --------
     @torch.no_grad()
     def user_queries(self, users: torch.Tensor, history: Sequence[ClientStore]) -> torch.Tensor:
-        """[U] → what each client scores with: its private row, or (sequential backbones) the
-        query its history infers under the public model."""
-        return user_queries(self.env.backbone, self.private.user, history, users, self.public.item, self.public.net)
+        """[U] → what each client scores with, as its user context says: its private row, the query its
+        history infers under the public model, or its propagated row (after ``prepare_ranking``)."""
+        return self.context.queries(self.private.user, users, history, self.public)
 
     @torch.no_grad()
     def score_users(self, users: torch.Tensor, history: Sequence[ClientStore] = ()) -> torch.Tensor:
         self.ensure_prepared()
-        return self.env.backbone.score_full(self.user_queries(users, history), self.public.item, self.public.net)
+        return self.context.score_users(self.private.user, users, history, self.public)
 
     @torch.no_grad()
     def score_pairs(self, users: torch.Tensor, items: torch.Tensor,
                     history: Sequence[ClientStore] = ()) -> torch.Tensor:
         self.ensure_prepared()
-        return score_pairs(self.env.backbone, self.private.user, history, users, items, self.public.item,
-                           self.public.net)
+        return self.context.score_pairs(self.private.user, users, items, history, self.public)

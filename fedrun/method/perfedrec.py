@@ -140,7 +140,7 @@ class PerFedRec(FedGNN):
         exchange = super().exchange(users, round_index, privacy)
         start, every = self.first_cluster_round(), self.config.recluster_every
         if round_index >= start and (round_index - start) % every == 0:
-            self.clusters.fit(self.ego.directory.shared, self.round_clients(), self.public.item, round_index)
+            self.clusters.fit(self.context.ego.directory.shared, self.round_clients(), self.public.item, round_index)
         if not self.clusters.ready:
             return exchange
         sizes = self.clusters.sizes(self.round_clients()).float()
@@ -167,7 +167,7 @@ class PerFedRec(FedGNN):
         super().prepare_ranking()  # the global model's tables
         layers = self.env.backbone.config.layers
         self._cluster_tables = [] if not self.clusters.ready else [
-            self.graph.propagate(self.private.user, table, layers) for table in self.clusters.tables]
+            self.context.graph.propagate(self.private.user, table, layers) for table in self.clusters.tables]
 
     def mixture(self, users: torch.Tensor) -> torch.Tensor:
         """[U, 3] the normalised α of (local, cluster, global) each user has."""
@@ -189,7 +189,7 @@ class PerFedRec(FedGNN):
         """Scores [U, I] (or [U] for the pairs ``items``) of Eq. 6's mixture."""
         self.ensure_prepared()
         w = self.mixture(users)  # [U, 3]
-        user_g, item_g = self._tables
+        user_g, item_g = self.context.tables
 
         def score(user_rows: torch.Tensor, item_table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
             if items is None:

@@ -92,7 +92,7 @@ class PerFedRecPP(PerFedRec):
         count = self.config.user_negatives
         if not self.pretraining(round_index) or not count:
             return exchange
-        shared = self.ego.directory.shared
+        shared = self.context.ego.directory.shared
         gen = generator(self.env.sim.seed, "pretrain-negatives", round_index)
         chosen = torch.randperm(shared.shape[0], generator=gen)[:count].to(shared.device)
         rows = shared[chosen]  # [S, d]

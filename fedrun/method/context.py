@@ -1,0 +1,158 @@
+"""The user context: how a client's user reaches the model, chosen by the backbone (``Backbone.user_context``,
+DESIGN.md "The method contract"). A method's client program holds one and does not branch on it:
+
+  - ``ids``: the user is its private row (MF, NCF, PMF);
+  - ``sequence``: the user is the query its history infers under the public model (GRU4Rec, BERT4Rec);
+  - ``graph``: the user is its row propagated over its ego graph (LightGCN; FedGNN's neighbour expansion,
+    ``fedrun.kernels.ego``): the round's clients share protected embeddings before training, each bucket's
+    problems carry the clients' ego graphs, and ranking propagates the union of the local graphs.
+
+A context runs its exchange before local training (``exchange``), attaches what a bucket's problems need
+(``attach``), prepares ranking after a server step (``prepare``) and answers the queries that score items
+(``queries``, ``score_users``, ``score_pairs``); its state joins the method's checkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Sequence
+
+import torch
+
+from fedrun.backbone.base import PublicParams
+from fedrun.backbone.lightgcn import BipartiteGraph
+from fedrun.backbone.sequential import infer_users
+from fedrun.data.client_store import ClientStore
+from fedrun.kernels.batching import LocalProblem
+from fedrun.kernels.ego import EgoProtocol
+from fedrun.kernels.env import RunEnv
+from fedrun.privacy.base import Privacy
+
+
+class UserContext:
+    name: ClassVar[str]
+    # Whether a client's loss is a sum over examples scored on the rows themselves, so that one FedSGD pass over
+    # the unpadded examples is its gradient (a graph's clients score propagated rows: no per-example pass).
+    per_example: ClassVar[bool] = True
+
+    def __init__(self, env: RunEnv):
+        self.env = env
+
+    def exchange(self, private_user: torch.Tensor, users: torch.Tensor, round_index: int,
+                 privacy: Privacy) -> float | None:
+        """The context's step before local training → bytes each of the round's ``users`` sends; None: none."""
+        return None
+
+    def attach(self, problems: list[LocalProblem], round_index: int, sent: torch.Tensor | None) -> list[LocalProblem]:
+        """The bucket problems with what the context adds to them (``sent``: what the round's download gave)."""
+        return problems
+
+    def prepare(self, private_user: torch.Tensor, public: PublicParams) -> None:
+        """Work before ranking with the current model; none by default."""
+
+    def queries(self, private_user: torch.Tensor, users: torch.Tensor, history: Sequence[ClientStore],
+                public: PublicParams) -> torch.Tensor:
+        """[U] → what each user scores with [U, du]."""
+        raise NotImplementedError
+
+    def item_table(self, public: PublicParams) -> torch.Tensor:
+        """The item rows queries are scored against [I, di]."""
+        return public.item
+
+    def score_users(self, private_user: torch.Tensor, users: torch.Tensor, history: Sequence[ClientStore],
+                    public: PublicParams) -> torch.Tensor:
+        """[U] → scores over the whole catalogue [U, I]."""
+        queries = self.queries(private_user, users, history, public)
+        return self.env.backbone.score_full(queries, self.item_table(public), public.net)
+
+    def score_pairs(self, private_user: torch.Tensor, users: torch.Tensor, items: torch.Tensor,
+                    history: Sequence[ClientStore], public: PublicParams) -> torch.Tensor:
+        """users [N], items [N] → scores [N], each distinct user's query formed once."""
+        distinct, index = torch.unique(users, return_inverse=True)
+        queries = self.queries(private_user, distinct, history, public)  # [U', du]
+        return self.env.backbone.score(queries[index], self.item_table(public)[items].unsqueeze(1), public.net)[:, 0]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+class IdContext(UserContext):
+    """The user is its private row."""
+
+    name = "ids"
+
+    def queries(self, private_user: torch.Tensor, users: torch.Tensor, history: Sequence[ClientStore],
+                public: PublicParams) -> torch.Tensor:
+        return private_user[users]
+
+
+class SequenceContext(UserContext):
+    """The user is the next-item query its history (the rows of ``history``, in order) infers under the public
+    model; it holds no row of its own."""
+
+    name = "sequence"
+
+    def queries(self, private_user: torch.Tensor, users: torch.Tensor, history: Sequence[ClientStore],
+                public: PublicParams) -> torch.Tensor:
+        return infer_users(self.env.backbone, history, users, public.item, public.net)
+
+
+class GraphContext(UserContext):
+    """The user is its row propagated over its ego graph (FedGNN §3.3; PerFedRec++ §4.2.2). Before local
+    training the round's clients refresh the embeddings they share (registering first, before the first
+    round), through the run's privacy mechanism for embeddings; each bucket's problems carry the clients' ego
+    graphs; ranking propagates the union of the local graphs (the global LightGCN's layers)."""
+
+    name = "graph"
+    per_example = False
+
+    def __init__(self, env: RunEnv):
+        super().__init__(env)
+        backbone = env.backbone.config
+        self.ego = EgoProtocol(env.train, env.n_items, backbone.layers, backbone.neighbors, env.sim.seed)
+        self.graph = BipartiteGraph.from_store(env.train)  # evaluation: the union of the local graphs
+        self.tables: tuple[torch.Tensor, torch.Tensor] | None = None  # propagated (user, item) tables
+
+    def exchange(self, private_user: torch.Tensor, users: torch.Tensor, round_index: int,
+                 privacy: Privacy) -> float | None:
+        return float(self.ego.refresh(private_user, users, round_index, privacy.privatize_embeddings))
+
+    def attach(self, problems: list[LocalProblem], round_index: int, sent: torch.Tensor | None) -> list[LocalProblem]:
+        return [self.ego.attach(problem, round_index, sent) for problem in problems]
+
+    def prepare(self, private_user: torch.Tensor, public: PublicParams) -> None:
+        self.tables = self.graph.propagate(private_user, public.item, self.env.backbone.config.layers)
+
+    def queries(self, private_user: torch.Tensor, users: torch.Tensor, history: Sequence[ClientStore],
+                public: PublicParams) -> torch.Tensor:
+        return self.tables[0][users]
+
+    def item_table(self, public: PublicParams) -> torch.Tensor:
+        return self.tables[1]
+
+    def score_users(self, private_user: torch.Tensor, users: torch.Tensor, history: Sequence[ClientStore],
+                    public: PublicParams) -> torch.Tensor:
+        user, item = self.tables
+        return user[users] @ item.T  # [U, I]
+
+    def score_pairs(self, private_user: torch.Tensor, users: torch.Tensor, items: torch.Tensor,
+                    history: Sequence[ClientStore], public: PublicParams) -> torch.Tensor:
+        user, item = self.tables
+        return (user[users] * item[items]).sum(1)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"ego": self.ego.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.ego.load_state_dict(state.get("ego", {}))
+
+
+CONTEXTS: dict[str, type[UserContext]] = {context.name: context for context in (IdContext, SequenceContext,
+                                                                                 GraphContext)}
+
+
+def context_for(env: RunEnv) -> UserContext:
+    """The user context the run's backbone chooses."""
+    return CONTEXTS[env.backbone.user_context](env)
