@@ -14,28 +14,50 @@ A context runs its exchange before local training (``exchange``), attaches what 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, ClassVar, Sequence
 
 import torch
 
 from fedrun.backbone.base import PublicParams
 from fedrun.backbone.lightgcn import BipartiteGraph
-from fedrun.backbone.sequential import infer_users
+from fedrun.backbone.sequential import SequenceView, infer_users
+from fedrun.core.seeding import derive_seed, generator
 from fedrun.data.client_store import ClientStore
 from fedrun.kernels.batching import LocalProblem
 from fedrun.kernels.ego import EgoProtocol
 from fedrun.kernels.env import RunEnv
 from fedrun.privacy.base import Privacy
+from fedrun.types import ClientBatch
 
 
 class UserContext:
     name: ClassVar[str]
     # Whether a client's loss is a sum over examples scored on the rows themselves, so that one FedSGD pass over
-    # the unpadded examples is its gradient (a graph's clients score propagated rows: no per-example pass).
+    # the unpadded examples is its gradient (a graph's clients score propagated rows, a sequence's positions
+    # read the positions before them: no per-example pass).
     per_example: ClassVar[bool] = True
+    # Whether the user is a different query at each position of its data (a sequence), which in-batch
+    # negatives need (FedCL §3.2).
+    per_position: ClassVar[bool] = False
 
     def __init__(self, env: RunEnv):
         self.env = env
+
+    @property
+    def history_limit(self) -> int | None:
+        """The most recent items of a client's data that a round trains on (None: all of them)."""
+        return None
+
+    @property
+    def query_width(self) -> int:
+        """The width of what a user scores with: its row (``user_width``), or a query in item space."""
+        return self.env.backbone.user_width
+
+    def untruncated(self, batch: ClientBatch) -> ClientBatch:
+        """A bucket's clients with all their training data (a round's batch may hold only the last
+        ``history_limit`` items)."""
+        return batch
 
     def exchange(self, private_user: torch.Tensor, users: torch.Tensor, round_index: int,
                  privacy: Privacy) -> float | None:
@@ -90,9 +112,36 @@ class IdContext(UserContext):
 
 class SequenceContext(UserContext):
     """The user is the next-item query its history (the rows of ``history``, in order) infers under the public
-    model; it holds no row of its own."""
+    model; it holds no row of its own. A round trains each client on its last ``max_len`` items, position by
+    position: each problem carries the positions it trains on (``SequenceView``: BERT4Rec's fresh Cloze draw
+    per round, the dropout stream per bucket)."""
 
     name = "sequence"
+    per_example = False
+    per_position = True
+
+    @property
+    def history_limit(self) -> int | None:
+        return self.env.backbone.max_len
+
+    @property
+    def query_width(self) -> int:
+        return self.env.backbone.item_width
+
+    def untruncated(self, batch: ClientBatch) -> ClientBatch:
+        return self.env.train.client_batch(batch.users)
+
+    def attach(self, problems: list[LocalProblem], round_index: int, sent: torch.Tensor | None) -> list[LocalProblem]:
+        return [dataclasses.replace(problem, sequence=self.view(problem.batch, round_index, bucket))
+                for bucket, problem in enumerate(problems)]
+
+    def view(self, batch: ClientBatch, round_index: int, bucket: int) -> SequenceView:
+        """Which positions the bucket's clients train on this round (BERT4Rec: a fresh Cloze draw)."""
+        backbone, seed = self.env.backbone, self.env.sim.seed
+        gen = None
+        if backbone.config.dropout:
+            gen = generator(seed, f"dropout-{bucket}", round_index, self.env.device)
+        return backbone.train_view(batch.users, batch.pos_mask, derive_seed(seed, "cloze", round_index), gen)
 
     def queries(self, private_user: torch.Tensor, users: torch.Tensor, history: Sequence[ClientStore],
                 public: PublicParams) -> torch.Tensor:

@@ -53,7 +53,6 @@ Choices where the paper is open (each a config field, logged with the run):
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -61,7 +60,6 @@ import torch
 
 from fedrun.backbone.base import PublicParams
 from fedrun.backbone.losses import example_sq_norms, mean_l2
-from fedrun.backbone.sequential import SequenceView
 from fedrun.core import hashrng
 from fedrun.core.seeding import derive_seed, generator
 from fedrun.data.negatives import sample_client_negatives
@@ -136,12 +134,11 @@ class FedCL(FederatedMethod):
         super().__init__(config, env)
         backbone = env.backbone
         check(backbone.config.loss != "mse", "backbone.loss", "mse", "a ranking loss: FedCL is contrastive")
-        sequential = self.sequential = backbone.sequential
-        self.max_len = backbone.max_len if sequential else None  # sequences train on their last max_len items
-        if config.in_batch == "on" and not sequential:
+        per_position = self.context.per_position  # a sequence: the user is a different query at each position
+        if config.in_batch == "on" and not per_position:
             raise ConfigError("method.in_batch", "on", f"off or auto for {type(backbone).__name__}: in-batch negatives "
                               "need a user representation that differs per positive (FedCL §3.2)")
-        self.in_batch = config.in_batch == "on" or (config.in_batch == "auto" and sequential)
+        self.in_batch = config.in_batch == "on" or (config.in_batch == "auto" and per_position)
         check(not self.needs_negatives or config.semi_hard + config.local_negatives > 0 or self.in_batch,
               "method.semi_hard", config.semi_hard,
               "> 0, or local_negatives > 0, or in-batch negatives: the softmax needs negatives")
@@ -154,8 +151,8 @@ class FedCL(FederatedMethod):
                   config.n_clusters, f"at most the {n_clients} clients with training data")
             check(config.semi_hard <= env.n_items, "method.semi_hard", config.semi_hard,
                   f"at most the catalogue's {env.n_items} items")
-            width = backbone.item_width if sequential else backbone.user_width  # a query vector / a user row
-            self.hard_server = HardNegativeServer(config, backbone, env.n_users, width, env.sim.seed, env.device)
+            self.hard_server = HardNegativeServer(config, backbone, env.n_users, self.context.query_width, env.sim.seed,
+                                                  env.device)
         self.embedding_uploads = torch.zeros(env.n_users, dtype=torch.int64, device=env.device)
 
     @classmethod
@@ -211,26 +208,15 @@ class FedCL(FederatedMethod):
     def problems(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None) -> list[LocalProblem]:
         """Buckets of clients, each with its local negatives per positive [B, P, n] and the
         semi-hard negatives the server sent it [B, T], deduplicated into one local item table."""
-        env = self.env
+        env, limit = self.env, self.context.history_limit  # a sequence trains on its last max_len items
         sizes = env.train.sizes(users)
-        if self.sequential:
-            sizes = sizes.clamp_max(self.max_len)
+        if limit is not None:
+            sizes = sizes.clamp_max(limit)
         out = []
-        for k, (index, batch) in enumerate(env.client_batches(users, 1 + self.num_negatives, sizes, self.max_len)):
+        for index, batch in env.client_batches(users, 1 + self.num_negatives, sizes, limit):
             local = self.local_negatives(batch, round_index) if self.n_local else None
-            problem = local_problem(batch, local, env.n_items, None if sent is None else sent[index])
-            if self.sequential:
-                problem = dataclasses.replace(problem, sequence=self.sequence_view(batch, round_index, k))
-            out.append(problem)
-        return out
-
-    def sequence_view(self, batch, round_index: int, bucket: int) -> SequenceView:
-        """Which positions the bucket's clients train on this round (BERT4Rec: a fresh Cloze draw)."""
-        backbone, sim = self.env.backbone, self.env.sim
-        gen = None
-        if backbone.config.dropout:
-            gen = generator(sim.seed, f"dropout-{bucket}", round_index, self.env.device)
-        return backbone.train_view(batch.users, batch.pos_mask, derive_seed(sim.seed, "cloze", round_index), gen)
+            out.append(local_problem(batch, local, env.n_items, None if sent is None else sent[index]))
+        return self.context.attach(out, round_index, sent)
 
     def local_negatives(self, batch, round_index: int) -> torch.Tensor:
         """[B, P, n]: for each positive, n picks (with replacement) from the client's fixed store
@@ -238,7 +224,7 @@ class FedCL(FederatedMethod):
         B, P = batch.pos.shape
         owner = torch.arange(B, device=batch.users.device).repeat_interleave(P)
         position = torch.arange(P, device=batch.users.device).repeat(B)
-        history = self.env.train.client_batch(batch.users) if self.sequential else batch  # untruncated
+        history = self.context.untruncated(batch)
         return self.store_picks(self.local_store(history), batch.users, owner, position, round_index).view(
             B, P, self.n_local)
 
@@ -264,7 +250,7 @@ class FedCL(FederatedMethod):
     def fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None, rule: Defense):
         """The round as one FedSGD pass (``FedSGDPass``) under the linear ``rule``: unpadded for Eq. 1
         on ID-based backbones, per bucket otherwise. Same draws and same model as the general path."""
-        if self.sequential or not self.unpadded_fast_path:
+        if not self.context.per_example or not self.unpadded_fast_path:
             return self.bucketed_fast_round(users, round_index, sent, rule)
         return self.unpadded_fast_round(users, round_index, sent, rule)
 
