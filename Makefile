@@ -8,7 +8,7 @@ export FEDRUN_DATA_DIR
 
 PEERS  := .venv-peers
 
-.PHONY: install browser test test-fast bench bench-peers gpu-bundle clean
+.PHONY: install browser lint test test-fast bench bench-peers gpu-bundle clean
 
 install: $(BIN)/fedrun browser
 
@@ -35,10 +35,16 @@ browser:
 # the cores: tests/conftest.py). TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
 
-test: install
+# Lint before the tests: ruff (pycodestyle, pyflakes, isort, bugbear, pydocstyle) and mypy on the package, at the
+# level pyproject.toml sets ([tool.ruff], [tool.mypy]: its list of modules not yet type-clean only shrinks).
+lint: install
+	$(BIN)/ruff check fedrun tests scripts
+	$(BIN)/mypy
+
+test: install lint
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
-test-fast: install
+test-fast: install lint
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not integration"
 
 bench: install
@@ -72,5 +78,5 @@ gpu-bundle: install
 	@du -sh .gpu
 
 clean:
-	rm -rf outputs .pytest_cache .hypothesis build dist *.egg-info
+	rm -rf outputs .pytest_cache .hypothesis .mypy_cache .ruff_cache build dist *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -381,9 +381,9 @@ def bench_w8(args, out: Path) -> str:
         user = torch.randn(n_users, backbone.user_width, generator=gen).to(device)
         item = torch.randn(n_items, backbone.item_width, generator=gen).to(device)
         chunk = (256 << 20) // (n_items * 4)  # the evaluator's chunk at eval.memory_mb=256
-        t_blocked = time_chunks(lambda u: backbone.score_full(u, item, net), user, chunk, device)
+        t_blocked = time_chunks(lambda u, item=item: backbone.score_full(u, item, net), user, chunk, device)
         old_chunk = (256 << 20) // (n_items * 4 * (2 * 128 + 1))  # it sized chunks by the tower's intermediates
-        t_one_pass = time_chunks(lambda u: one_pass_neumf(backbone, u, item, net), user, old_chunk, device)
+        t_one_pass = time_chunks(lambda u, item=item: one_pass_neumf(backbone, u, item, net), user, old_chunk, device)
         with torch.no_grad():
             sample = user[:old_chunk]
             baseline = one_pass_neumf(backbone, sample, item, net)

@@ -39,7 +39,7 @@ def test_sampled_negatives_are_drawn_afresh_only_when_asked():
     _, env = make_method(MF)
     users = torch.arange(10)
     for resample in (False, True):
-        def evaluator():
+        def evaluator(resample=resample):
             config = SampledConfig(num_negatives=20, resample=resample)
             return Sampled(config, env.split, torch.device("cpu"), rating=False)
         sampled = evaluator()

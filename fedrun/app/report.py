@@ -140,7 +140,7 @@ SPLIT_PARAMS = ("param:dataset.", "param:eval.")  # what a popularity floor depe
 
 
 def floor_mark(group: pd.DataFrame, metric: str, values: pd.Series, peers: pd.DataFrame | None = None) -> str:
-    """ " (≤ floor .0183)" when the mean of ``metric`` is at or below the floor its runs logged for their
+    """The suffix " (≤ floor .0183)" when the mean of ``metric`` is at or below the floor its runs logged for their
     split and protocol (test metrics: ``floor_*``; validation metrics: ``floor_valid_*``; error metrics: at or
     above), else "". Runs from before the floor was logged take it from ``peers`` (the report's other finished
     runs) on the same dataset, split and evaluation, so an old row under the floor is marked as well."""

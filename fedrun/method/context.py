@@ -15,13 +15,13 @@ A context runs its exchange before local training (``exchange``), attaches what 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Sequence, cast
 
 import torch
 
 from fedrun.backbone.base import PublicParams
-from fedrun.backbone.lightgcn import BipartiteGraph
-from fedrun.backbone.sequential import SequenceView, infer_users
+from fedrun.backbone.lightgcn import BipartiteGraph, LightGCNConfig
+from fedrun.backbone.sequential import SequenceView, SequentialBackbone, SequentialConfig, infer_users
 from fedrun.core.seeding import derive_seed, generator
 from fedrun.data.client_store import ClientStore
 from fedrun.kernels.batching import LocalProblem
@@ -120,9 +120,13 @@ class SequenceContext(UserContext):
     per_example = False
     per_position = True
 
+    def __init__(self, env: RunEnv):
+        super().__init__(env)
+        self.backbone = cast(SequentialBackbone, env.backbone)
+
     @property
     def history_limit(self) -> int | None:
-        return self.env.backbone.max_len
+        return self.backbone.max_len
 
     @property
     def query_width(self) -> int:
@@ -137,15 +141,15 @@ class SequenceContext(UserContext):
 
     def view(self, batch: ClientBatch, round_index: int, bucket: int) -> SequenceView:
         """Which positions the bucket's clients train on this round (BERT4Rec: a fresh Cloze draw)."""
-        backbone, seed = self.env.backbone, self.env.sim.seed
+        backbone, seed = self.backbone, self.env.sim.seed
         gen = None
-        if backbone.config.dropout:
+        if cast(SequentialConfig, backbone.config).dropout:
             gen = generator(seed, f"dropout-{bucket}", round_index, self.env.device)
         return backbone.train_view(batch.users, batch.pos_mask, derive_seed(seed, "cloze", round_index), gen)
 
     def queries(self, private_user: torch.Tensor, users: torch.Tensor, history: Sequence[ClientStore],
                 public: PublicParams) -> torch.Tensor:
-        return infer_users(self.env.backbone, history, users, public.item, public.net)
+        return infer_users(self.backbone, history, users, public.item, public.net)
 
 
 class GraphContext(UserContext):
@@ -159,10 +163,18 @@ class GraphContext(UserContext):
 
     def __init__(self, env: RunEnv):
         super().__init__(env)
-        backbone = env.backbone.config
-        self.ego = EgoProtocol(env.train, env.n_items, backbone.layers, backbone.neighbors, env.sim.seed)
+        self.layers_config = cast(LightGCNConfig, env.backbone.config)
+        config = self.layers_config
+        self.ego = EgoProtocol(env.train, env.n_items, config.layers, config.neighbors, env.sim.seed)
         self.graph = BipartiteGraph.from_store(env.train)  # evaluation: the union of the local graphs
-        self.tables: tuple[torch.Tensor, torch.Tensor] | None = None  # propagated (user, item) tables
+        self._tables: tuple[torch.Tensor, torch.Tensor] | None = None  # propagated (user, item) tables
+
+    @property
+    def tables(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The propagated (user [U, d], item [I, d]) tables of the model ``prepare`` last saw."""
+        if self._tables is None:
+            raise RuntimeError("the graph context ranks after prepare(): the method's ensure_prepared()")
+        return self._tables
 
     def exchange(self, private_user: torch.Tensor, users: torch.Tensor, round_index: int,
                  privacy: Privacy) -> float | None:
@@ -172,7 +184,7 @@ class GraphContext(UserContext):
         return [self.ego.attach(problem, round_index, sent) for problem in problems]
 
     def prepare(self, private_user: torch.Tensor, public: PublicParams) -> None:
-        self.tables = self.graph.propagate(private_user, public.item, self.env.backbone.config.layers)
+        self._tables = self.graph.propagate(private_user, public.item, self.layers_config.layers)
 
     def queries(self, private_user: torch.Tensor, users: torch.Tensor, history: Sequence[ClientStore],
                 public: PublicParams) -> torch.Tensor:

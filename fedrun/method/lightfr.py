@@ -129,7 +129,7 @@ def dcd_codes(codes: torch.Tensor, partners: torch.Tensor, target: torch.Tensor,
     score = torch.einsum("nf,npf->np", codes, partners)  # [N, P] s = cᵀe
     total = codes.sum(1)  # [N] Σ_k c_k
     sweeps = 0
-    for sweeps in range(1, max_sweeps + 1):
+    for sweeps in range(1, max_sweeps + 1):  # noqa: B007 - the count of sweeps taken is returned
         changed = False
         for k in range(codes.shape[1]):
             column = partners[:, :, k]  # [N, P]

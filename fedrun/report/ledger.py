@@ -92,7 +92,7 @@ def borrow(host: pd.DataFrame, path: Path, filters: list[str], relabel: bool = T
         if column not in runs:
             raise ValueError(f"--borrow: the ledger {path} has no parameter {key!r}")
         cells = runs[column].astype(str).str.split("/").str[-1] if key == "row" else runs[column]
-        runs = runs[cells.map(lambda cell: _same_value(cell, value))]
+        runs = runs[cells.map(lambda cell, wanted=value: _same_value(cell, wanted))]
     if runs.empty:
         raise ValueError(f"--borrow: no finished run of {path} matches {' '.join(filters) or 'every run'}")
     runs = runs[~runs["run_id"].isin(host["run_id"])].copy() if "run_id" in host else runs.copy()

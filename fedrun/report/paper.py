@@ -44,7 +44,7 @@ def with_variants(done: pd.DataFrame, varying: list[str]) -> pd.DataFrame:
         differing = [c for c in varying if c in group and group[c].nunique() > 1]
         if differing:
             settings = group[differing].apply(
-                lambda run: ", ".join(f"{c[len('param:'):]}={run[c]}" for c in differing), axis=1)
+                lambda run, keys=differing: ", ".join(f"{c[len('param:'):]}={run[c]}" for c in keys), axis=1)
             frame.loc[group.index, "variant"] = group["variant"] + " (" + settings + ")"
     return frame
 
