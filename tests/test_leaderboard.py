@@ -20,12 +20,12 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from leaderboard import board, main, paper_of, render  # noqa: E402
 
 PRESET = OmegaConf.load(Path(config_dir()) / "experiment" / "leaderboard.yaml")
-METHODS = str(PRESET.hydra.sweeper.params.method).split(",")
+METHODS = sorted(path.stem for path in (Path(config_dir()) / "method").glob("*.yaml"))
 
 
 def test_the_leaderboard_sweeps_every_method():
-    shipped = {path.stem for path in (Path(config_dir()) / "method").glob("*.yaml")}
-    assert sorted(METHODS) == sorted(shipped)
+    """Every option of conf/method/, read by Hydra from the files (no list kept by hand)."""
+    assert str(PRESET.hydra.sweeper.params.method).startswith("glob(*)")
 
 
 @pytest.mark.parametrize("method", METHODS)
