@@ -48,7 +48,7 @@ test-fast: install lint
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not integration"
 
 bench: install
-	$(BIN)/python scripts/bench.py
+	$(BIN)/python scripts/bench/bench.py
 
 # W0 through Flower's simulation engine, beside fedrun, in a separate environment (Ray and Flower
 # stay out of the main one). Writes outputs/bench/peers/peers.md.
@@ -57,14 +57,14 @@ $(PEERS)/bin/flwr:
 	$(PEERS)/bin/pip install -q "flwr[simulation]==1.41.0" numpy
 
 bench-peers: install $(PEERS)/bin/flwr
-	$(BIN)/python scripts/bench_peers.py export
-	$(PEERS)/bin/python scripts/bench_peers.py flower
-	$(BIN)/python scripts/bench_peers.py fedrun
-	$(BIN)/python scripts/bench_peers.py report
+	$(BIN)/python scripts/bench/bench_peers.py export
+	$(PEERS)/bin/python scripts/bench/bench_peers.py flower
+	$(BIN)/python scripts/bench/bench_peers.py fedrun
+	$(BIN)/python scripts/bench/bench_peers.py report
 
 # A GPU machine with its own CUDA torch and no network (issue #7): `make gpu-bundle` here puts the
 # packages its image lacks and the datasets under .gpu/ (about 45 MB, git-ignored; the device tool carries 64 MiB);
-# carry .gpu/ there and run `bash scripts/gpu_run.sh` (docs/benchmarks.md, "On a GPU").
+# carry .gpu/ there and run `bash scripts/checks/gpu_run.sh` (docs/benchmarks.md, "On a GPU").
 GPU_PYTHON   ?= 3.12
 GPU_PACKAGES := hydra-core==1.3.8 omegaconf==2.3.1 phe==1.5.0 gmpy2==2.3.2
 

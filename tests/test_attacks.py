@@ -271,9 +271,8 @@ def test_fake_clients_are_ordinary_clients_on_fabricated_data(attack):
     """A round with EB / RA clients equals the per-client oracle loop run over the benign clients and
     the fake ones (their own rows, their fabricated positives, negatives drawn as a benign client's)."""
     from fedrun.data.negatives import sample_batch_negatives
+    from fedrun.testing.fedavg_loop import clients_of, fedavg_round
     from fedrun.types import ClientBatch
-    from tests.oracle.fedavg_loop import fedavg_round
-    from tests.test_oracle import clients_of
 
     cfg = compose_cfg(SMALL + ["backbone=ncf", "sim.fast_path=off", f"attack={attack}", "attack.fraction=0.05"]
                       + (["attack.items_limit=6"] if attack == "ra" else []))
@@ -368,13 +367,13 @@ def test_psmu_uploads_equal_a_per_client_reference_loop():
 
 
 def test_target_row_record_counts_uploaders_and_each_rules_push():
-    """scripts/target_row_uploads.py: 8 benign clients push the target row down a little, 2 malicious ones
-    push it up; the median over the 10 is benign, the sum is the attack's, the trimmed mean (β .1: one value
-    cut per side) keeps one of the two."""
+    """scripts/investigations/target_row_uploads.py: 8 benign clients push the target row down a little, 2
+    malicious ones push it up; the median over the 10 is benign, the sum is the attack's, the trimmed mean
+    (β .1: one value cut per side) keeps one of the two."""
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "investigations"))
     from target_row_uploads import record
 
     from fedrun.types import Uploads

@@ -302,12 +302,12 @@ def test_each_rule_trains_fedavg_and_refuses_exact_sum_methods(defense):
 
 
 def test_median_rows_script_classes_each_row_by_its_positive_uploaders():
-    """The diagnostic behind the median's cost (scripts/median_rows.py): which uploads of a row come from
+    """The diagnostic behind the median's cost (scripts/investigations/median_rows.py): which uploads of a row come from
     clients holding the item, and the median against the mean per class of row, on a hand-made round."""
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "median_rows.py"
+    path = Path(__file__).resolve().parents[1] / "scripts" / "investigations" / "median_rows.py"
     spec = importlib.util.spec_from_file_location("median_rows", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)

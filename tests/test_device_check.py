@@ -1,4 +1,4 @@
-"""scripts/device_check.py: its state comparison finds a difference where there is one, and the
+"""scripts/checks/device_check.py: its state comparison finds a difference where there is one, and the
 script runs end to end (CPU against CPU here; CUDA against CPU on a GPU machine)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "scripts" / "checks"))
 
 from device_check import state_difference, tensors  # noqa: E402
 
@@ -44,7 +44,7 @@ def test_state_difference_refuses_states_of_different_layout():
 
 
 def test_device_check_runs_cpu_against_cpu(tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "device_check.py"), "--device", "cpu",
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "checks" / "device_check.py"), "--device", "cpu",
                              "--rounds", "2", "--cases", "fedavg-mf,fedavg-mf-ldp,lightfr,metamf", "--out",
                              str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -54,6 +54,6 @@ def test_device_check_runs_cpu_against_cpu(tmp_path):
 
 
 def test_device_check_rejects_unknown_cases(tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "device_check.py"), "--cases", "nope"],
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "checks" / "device_check.py"), "--cases", "nope"],
                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert result.returncode == 2 and "unknown nope" in result.stderr

@@ -1,5 +1,5 @@
 """The leaderboard preset composes every method in its own paper's setting under one protocol, and
-scripts/leaderboard.py ranks the methods' runs by NDCG@10 beside the floor, their ε and their costs."""
+scripts/figures/leaderboard.py ranks the methods' runs by NDCG@10 beside the floor, their ε and their costs."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from fedrun.core.paths import config_dir
 from tests.conftest import compose_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "scripts" / "figures"))
 
 from leaderboard import board, main, paper_of, render  # noqa: E402
 

@@ -15,9 +15,9 @@ from fedrun.backbone.lightgcn import BipartiteGraph, GraphProduct, propagate_edg
 from fedrun.data.client_store import ClientStore
 from fedrun.errors import ConfigError
 from fedrun.kernels.ego import EgoGraphs, NeighborDirectory
+from fedrun.testing.ego_loop import ego_fedavg_round
 from fedrun.types import EmbeddingUploads, ItemIdUploads
 from tests.conftest import CPU_ORACLE, make_method, round_of
-from tests.oracle.ego_loop import ego_fedavg_round
 
 
 def random_graph(n_users=14, n_items=18, density=0.3, seed=0):
@@ -580,7 +580,7 @@ def test_curve_script_counts_each_round_in_its_epoch_and_finds_the_best_one():
 
     import pandas as pd
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "perfedrecpp_curves.py"
+    path = Path(__file__).resolve().parents[1] / "scripts" / "figures" / "perfedrecpp_curves.py"
     spec = importlib.util.spec_from_file_location("perfedrecpp_curves", path)
     curves = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(curves)
@@ -593,13 +593,14 @@ def test_curve_script_counts_each_round_in_its_epoch_and_finds_the_best_one():
 
 
 def test_anchor_script_reads_the_test_metrics_every_few_epochs(tmp_path):
-    """scripts/lightgcn_anchor.py on synthetic data (the anchor itself is gowalla on a GPU): a reading every
+    """scripts/investigations/lightgcn_anchor.py on synthetic data (the anchor itself is gowalla on a GPU): a
+    reading every
     --eval-every epochs and at the last, flushed to anchor.csv, and a caption with the published anchor."""
     import subprocess
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "lightgcn_anchor.py"
+    script = Path(__file__).resolve().parents[1] / "scripts" / "investigations" / "lightgcn_anchor.py"
     result = subprocess.run([sys.executable, str(script), "--device", "cpu", "--epochs", "3", "--eval-every", "2",
                              "--out", str(tmp_path), "dataset=synthetic", "dataset.n_users=60",
                              "dataset.n_items=80", "dataset.mean_length=8", "sim.clients_per_round=all",

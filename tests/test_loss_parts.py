@@ -1,4 +1,5 @@
-"""scripts/loss_parts.py: FedCL's logged loss is exactly Eq. 1's data term plus the L2 term its parts name, and
+"""scripts/investigations/loss_parts.py: FedCL's logged loss is exactly Eq. 1's data term plus the L2 term its
+parts name, and
 reading the parts leaves the run as it is."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import fedrun.method.fedcl as fedcl
 from fedrun.app.experiment import build_run
 from tests.conftest import SMALL, compose_cfg
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "investigations"))
 
 from loss_parts import loss_parts  # noqa: E402
 

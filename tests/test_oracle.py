@@ -5,24 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fedrun.testing.fedavg_loop import clients_of, fedavg_round
 from tests.conftest import make_method, round_of
-from tests.oracle.fedavg_loop import fedavg_round
 
 ROUNDS = 3
-
-
-def clients_of(problems):
-    """The round's clients as the oracle sees them: plain per-client tensors."""
-    out = []
-    for problem in problems:
-        batch = problem.batch
-        for b in range(batch.size):
-            mask = batch.pos_mask[b]
-            pos = batch.pos[b][mask]
-            neg = None if problem.neg_slot is None else problem.items[b][problem.neg_slot[b][mask]]
-            ratings = None if batch.ratings is None else batch.ratings[b][mask]
-            out.append((int(batch.users[b]), pos, neg, ratings))
-    return out
 
 
 def check_rounds(overrides, weighting="uniform"):

@@ -1,4 +1,5 @@
-"""scripts/privacy_utility.py: utility against ε per dataset and curve, ε = ∞ from the privacy=none runs, and the
+"""scripts/figures/privacy_utility.py: utility against ε per dataset and curve, ε = ∞ from the privacy=none runs,
+and the
 preset's commands compose (each method in its paper's setting, the protected upload named)."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import pytest
 
 from tests.conftest import compose_cfg
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "figures"))
 
 from privacy_utility import main, points  # noqa: E402
 

@@ -27,7 +27,7 @@ def reproducible_on(device: torch.device) -> None:
     centralized MF epochs on ml-100k with 2 threads ended at tables that differ in the 7th digit. Torch's
     deterministic algorithms sort instead; on one thread they give the same numbers as before, bit for bit.
     CUDA keeps its fast atomics: there runs agree with the CPU in their metrics, not to the bit
-    (``scripts/device_check.py``), and the switch is turned off again for a CUDA run in the same process.
+    (``scripts/checks/device_check.py``), and the switch is turned off again for a CUDA run in the same process.
     The mode's debugging aid, filling every new uninitialised tensor with NaN, stays off: it changes no result
     and cost 4 % of a SimGCL batch (profiled: 3,632 fills per 10 batches instead of 685)."""
     torch.use_deterministic_algorithms(device.type == "cpu")

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_bench_tiny_runs_every_workload(tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--tiny", "--rounds", "1",
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench" / "bench.py"), "--tiny", "--rounds", "1",
                              "--loop-rounds", "1", "--out", str(tmp_path)],
                             capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -42,6 +42,6 @@ def test_bench_tiny_runs_every_workload(tmp_path):
 
 
 def test_bench_rejects_unknown_workloads(tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--workloads", "w99",
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench" / "bench.py"), "--workloads", "w99",
                              "--out", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 2 and "unknown w99" in result.stderr

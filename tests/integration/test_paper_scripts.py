@@ -1,5 +1,5 @@
 """The paper scripts run end to end on small real data: a figure preset's sweep is drawn by
-scripts/paper_figures.py, and scripts/lightfr_costs.py measures the bytes the methods exchange.
+scripts/figures/paper_figures.py, and scripts/figures/lightfr_costs.py measures the bytes the methods exchange.
 (Timings are never asserted.)"""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def test_figure_preset_sweep_is_drawn(tmp_path):
                             "sim.seed=1", "sim.max_rounds=1", "sim.progress=false"],
                            capture_output=True, text=True, timeout=600)
     assert sweep.returncode == 0, sweep.stderr[-3000:]
-    drawn = script("paper_figures.py", "lightfr/fig4", "--out", str(tmp_path))
+    drawn = script("figures/paper_figures.py", "lightfr/fig4", "--out", str(tmp_path))
     assert drawn.returncode == 0, drawn.stderr[-3000:]
     assert (tmp_path / "fig4.png").stat().st_size > 0
     with open(tmp_path / "fig4.csv") as handle:
@@ -43,8 +43,8 @@ def test_figure_preset_sweep_is_drawn(tmp_path):
 
 
 def paper_figures():
-    """scripts/paper_figures.py as a module (scripts/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("paper_figures", ROOT / "scripts" / "paper_figures.py")
+    """scripts/figures/paper_figures.py as a module (scripts/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("paper_figures", ROOT / "scripts" / "figures" / "paper_figures.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -79,7 +79,7 @@ def test_paired_comparison_against_the_papers_setting():
 
 
 def test_lightfr_costs_count_the_exchanged_bytes(tmp_path):
-    result = script("lightfr_costs.py", "--setup", "lightfr/filmtrust", "--out", str(tmp_path))
+    result = script("figures/lightfr_costs.py", "--setup", "lightfr/filmtrust", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
     with open(tmp_path / "costs-filmtrust.csv") as handle:
         rows = {r["row"]: r for r in csv.DictReader(handle)}
@@ -94,8 +94,8 @@ def test_lightfr_costs_count_the_exchanged_bytes(tmp_path):
 
 @pytest.mark.parametrize("kind,rule", [("clients", "Eq. 19"), ("items", "Eq. 21")])
 def test_lightfr_cold_start_codes_beat_random_codes(kind, rule):
-    result = script("lightfr_cold_start.py", "--setup", "lightfr/filmtrust", "--kind", kind, "--cold", "0.2",
-                    "--seeds", "1", "--rounds", "10")
+    result = script("investigations/lightfr_cold_start.py", "--setup", "lightfr/filmtrust", "--kind", kind,
+                    "--cold", "0.2", "--seeds", "1", "--rounds", "10")
     assert result.returncode == 0, result.stderr[-3000:]
     rows = {line.split("|")[1].strip(): float(line.split("|")[2].split("±")[0])
             for line in result.stdout.splitlines() if line.startswith(("| cold", "| trained"))}
@@ -104,7 +104,7 @@ def test_lightfr_cold_start_codes_beat_random_codes(kind, rule):
 
 
 def test_item_embeddings_draws_fig2_from_checkpoints(tmp_path):
-    """scripts/item_embeddings.py projects each checkpoint's item table and reports Eq. 12 beside it."""
+    """scripts/figures/item_embeddings.py projects each checkpoint's item table and reports Eq. 12 beside it."""
     data = "dataset=synthetic dataset.n_users=60 dataset.n_items=80 dataset.mean_length=8 sim.clients_per_round=16"
     for name in ("plain", "cl"):
         method = ["method=fedavg"] if name == "plain" else ["method=cl4fedrec", "backbone=ncf",
@@ -113,7 +113,7 @@ def test_item_embeddings_draws_fig2_from_checkpoints(tmp_path):
                               "sim.checkpoint_every=1", f"hydra.run.dir={tmp_path / name}"],
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr
-    done = script("item_embeddings.py", f"A={tmp_path / 'plain' / 'checkpoint.pt'}",
+    done = script("figures/item_embeddings.py", f"A={tmp_path / 'plain' / 'checkpoint.pt'}",
                   f"B={tmp_path / 'cl' / 'checkpoint.pt'}", "--data", data, "--hot", "10",
                   "--out", str(tmp_path / "fig2"))
     assert done.returncode == 0, done.stderr

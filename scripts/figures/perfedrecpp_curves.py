@@ -3,7 +3,8 @@ training loss and the validation NDCG@20 per epoch, mean over seeds, one line pe
 the figures carry, tested over paired seeds: pre-training reaches its best validation NDCG@20 in fewer
 epochs (paper, Yelp: ≈250 vs ≈300 rounds of 256 clients).
 
-    python scripts/perfedrecpp_curves.py [--experiment perfedrecpp-table4] [--out docs/reproductions/perfedrecpp]
+    python scripts/figures/perfedrecpp_curves.py [--experiment perfedrecpp-table4] [--out \
+        docs/reproductions/perfedrecpp]
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-from mlflow.tracking import MlflowClient  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
+from mlflow.tracking import MlflowClient
 
-from fedrun.report.table import markdown  # noqa: E402
-from fedrun.store.runs import default_uri  # noqa: E402
+from fedrun.report.table import markdown
+from fedrun.store.runs import default_uri
 
 VALID, LOSS = "valid_ndcg_at_20", "train_loss"
 

@@ -6,7 +6,7 @@ An outcome is ``named`` (a FedrunError: one line naming the field), ``hydra`` (H
 override itself: also one message, exit 2), ``traceback`` (any other exception: a bug) or ``accepted``
 (the value is valid, or silently taken: the table lists each accepted case for a reader to judge).
 
-  python scripts/fuzz_table.py [--out docs/results/fuzz-table.md] [--groups method,defense]
+  python scripts/checks/fuzz_table.py [--out docs/results/fuzz-table.md] [--groups method,defense]
 """
 
 from __future__ import annotations
@@ -26,12 +26,10 @@ from unittest import mock
 
 from omegaconf import OmegaConf
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from fedrun.app.compose import compose  # noqa: E402
-from fedrun.app.experiment import build_run, resume_state  # noqa: E402
-from fedrun.app.info import options  # noqa: E402
-from fedrun.errors import FedrunError  # noqa: E402
+from fedrun.app.compose import compose
+from fedrun.app.experiment import build_run, resume_state
+from fedrun.app.info import options
+from fedrun.errors import FedrunError
 
 BASE = ["dataset=synthetic", "dataset.n_users=40", "dataset.n_items=60", "dataset.mean_length=8",
         "track=none", "sim.progress=false", "sim.clients_per_round=8"]
@@ -148,7 +146,8 @@ def main() -> int:
                         notable.append(f"| {result} | `{' '.join(setting) or '(defaults)'}` | `{key}={value}` | "
                                        f"{detail} |")
     lines = ["# Bad-input table (issue #36)", "",
-             f"`python scripts/fuzz_table.py --groups {args.groups}`: every numeric and string key of the options "
+             f"`python scripts/checks/fuzz_table.py --groups {args.groups}`: every numeric and string key of the "
+             "options "
              "below, each driven with the values of every class, validated and built as a run (data loaded, "
              f"cross-field checks; no training). {sum(sum(c.values()) for c in counts.values())} cases in "
              f"{time.perf_counter() - started:.0f} s.", "",

@@ -5,7 +5,7 @@ their raters' uploads give them codes. Test HR@10 / NDCG@10 (the preset's sample
 test rows of the cold clients / items with their Eq. 19 / 21 codes, the same rows with the random
 initial codes, and the other test rows — per seed, then mean ± std.
 
-    python scripts/lightfr_cold_start.py [--setup lightfr/filmtrust] [--kind clients|items] [--cold 0.2]
+    python scripts/investigations/lightfr_cold_start.py [--setup lightfr/filmtrust] [--kind clients|items] [--cold 0.2]
                                          [--seeds 1 2 3] [--rounds T]
 """
 
@@ -14,14 +14,12 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 from fedrun.app.compose import compose  # noqa: E402
 from fedrun.app.experiment import build_run  # noqa: E402
@@ -68,7 +66,8 @@ def main() -> None:
     groups = list(runs[0])
     metrics = list(runs[0][groups[0]])
     print(f"LightFR cold-start {args.kind} on {args.setup}: {args.cold:.0%} of the {args.kind} never train; "
-          f"seeds {args.seeds}; `python scripts/lightfr_cold_start.py --setup {args.setup} --kind {args.kind} "
+          f"seeds {args.seeds}; `python scripts/investigations/lightfr_cold_start.py --setup {args.setup} "
+          f"--kind {args.kind} "
           f"--cold {args.cold}`\n")
     print("| test rows of | " + " | ".join(metrics) + " |\n|---|" + "---|" * len(metrics))
     for group in groups:

@@ -8,7 +8,7 @@ traceback, nothing trained. The store failing *during* a run (read-only, full, a
 Needs root for two cases (a full disk is a small tmpfs, a read-only store a read-only bind mount); without
 root they are left out.
 
-  python scripts/store_table.py [--out docs/results/store-table.md]
+  python scripts/checks/store_table.py [--out docs/results/store-table.md]
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def main() -> int:
             rows.append(f"| {failure} | {code} | {seconds:.1f} | {'yes' if traceback else 'no'} | {message[:240]} |")
             shutil.rmtree(workdir, ignore_errors=True)
     lines = ["# Tracking-store table (issue #36)", "",
-             "`python scripts/store_table.py` (as root): each broken store tried with a one-round synthetic run "
+             "`python scripts/checks/store_table.py` (as root): each broken store tried with a one-round synthetic run "
              f"(`fedrun {' '.join(RUN)}`, the store in `MLFLOW_TRACKING_URI`).", "",
              "| store | exit | seconds | traceback | message |", "|---|---|---|---|---|", *rows]
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -78,3 +78,17 @@ def fedavg_round(backbone, user_table, public, clients, optimizer, steps, weight
         public.item[rows] += item_sum[rows] / item_weight[rows, None]
         for k in net_sum:
             public.net[k] += net_sum[k] / total_weight
+
+
+def clients_of(problems):
+    """The round's clients as the oracle sees them: plain per-client tensors."""
+    out = []
+    for problem in problems:
+        batch = problem.batch
+        for b in range(batch.size):
+            mask = batch.pos_mask[b]
+            pos = batch.pos[b][mask]
+            neg = None if problem.neg_slot is None else problem.items[b][problem.neg_slot[b][mask]]
+            ratings = None if batch.ratings is None else batch.ratings[b][mask]
+            out.append((int(batch.users[b]), pos, neg, ratings))
+    return out

@@ -9,7 +9,7 @@ the number at least as close is Binomial(N, P(X ≥ s)):
   optimistic  (ties for it: the authors' `rank(method='first')`, test item first)  P(#{X_j > s} < K)
   random      (uniform position among its ties)  averaged over the tie count
 
-    python scripts/random_codes_hr.py [--bits 64] [--negatives 49] [--k 10]
+    python scripts/investigations/random_codes_hr.py [--bits 64] [--negatives 49] [--k 10]
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ What must agree depends on the case (``Case.agree``):
   - ``none``: the run draws on the device (torch generators are per device: LDP noise, dropout
     masks, FedCL's semi-hard picks), so both are listed side by side for the reader to judge.
 
-    python scripts/device_check.py --device cuda [--rounds 5] [--cases fedavg-mf,...] [--data ml-100k]
+    python scripts/checks/device_check.py --device cuda [--rounds 5] [--cases fedavg-mf,...] [--data ml-100k]
 
 Exit status 1 when a case disagrees in what it must agree on, or fails to run. Writes ``device_check.md`` /
 ``.csv`` to ``--out``.
@@ -36,14 +36,13 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 from fedrun.app.compose import compose  # noqa: E402
 from fedrun.app.experiment import build_run  # noqa: E402
 from fedrun.core.nested import tensors  # noqa: E402
 from fedrun.report.table import markdown  # noqa: E402
-from scripts.bench import machine, sync  # noqa: E402  (the benchmark's device timing and description)
+from fedrun.testing.measure import machine, sync  # the benchmarks' device timing and description  # noqa: E402
 
 IMPLICIT = {"synthetic": ["dataset=synthetic", "dataset.n_users=400", "dataset.n_items=600",
                           "dataset.mean_length=15"],

@@ -10,7 +10,7 @@ ml-100k leave-one-out, full ranking) and reads, over every test user:
     ``--min-count`` times in training left out of the ranking (scored −inf), through the run's own
     evaluator — if the rare items are what pushes the test item down, this lifts the metrics.
 
-    python scripts/rating_ranking.py --methods fedrec,fedmf,svdpp --out docs/results/rating-ranking
+    python scripts/investigations/rating_ranking.py --methods fedrec,fedmf,svdpp --out docs/results/rating-ranking
 
 Writes ``rating-ranking.md`` / ``.csv``. Needs no MLflow (``track=none``).
 """
@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import argparse
 import csv
-import sys
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 from fedrun.app.compose import compose  # noqa: E402
 from fedrun.app.experiment import build_run  # noqa: E402

@@ -2,13 +2,13 @@
 # Run a list of fedrun jobs on the lent GPU machine, spread over its GPU and its CPU cores (track=none:
 # the GPU image has no MLflow; each job's final table lands in OUT/logs/<name>.log).
 #
-#   bash scripts/device_grid.sh JOBS OUT
+#   bash scripts/checks/device_grid.sh JOBS OUT
 # JOBS: one job per line, "name|device|overrides" (device cuda or cpu); blank lines and # comments skipped.
 # GRID_GPU_SLOTS (default 4) jobs share the GPU at once; GRID_CPU_SLOTS (default 6) CPU jobs run with
 # GRID_CPU_THREADS (default 2) threads each; GRID_JOB_S (default 540) caps every job's wall time.
 # OUT/summary.txt: one line per job (name, exit status, device, seconds).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 JOBS=$1; OUT=$2
 mkdir -p "$OUT/logs"
 PYTHON=${GRID_PYTHON:-python3}  # GRID_PYTHON=.venv/bin/python tries a job list here (data from FEDRUN_DATA_DIR)

@@ -2,7 +2,7 @@
 table), the hot items (the most interacted, 100 by default) against the others, and Eq. 12's measure of
 each table (``item_uniformity``: lower = more uniform).
 
-  python scripts/item_embeddings.py Original=PATH CL4FedRec=PATH ... [--data "+experiment=rcl4fedrec/table2"] \
+  python scripts/figures/item_embeddings.py Original=PATH CL4FedRec=PATH ... [--data "+experiment=rcl4fedrec/table2"] \
       [--hot 100] [--out docs/reproductions/rcl4fedrec/fig2]
 
 PATH is a fedrun checkpoint (``checkpoint.pt``: the item table at that round) of runs on the data that
@@ -19,12 +19,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from fedrun.app.compose import compose  # noqa: E402
-from fedrun.app.experiment import plan  # noqa: E402
-from fedrun.method.cl4fedrec import uniformity_penalty  # noqa: E402
-from fedrun.sim import checkpoint  # noqa: E402
+from fedrun.app.compose import compose
+from fedrun.app.experiment import plan
+from fedrun.method.cl4fedrec import uniformity_penalty
+from fedrun.sim import checkpoint
 
 
 def item_table(path: Path) -> tuple[torch.Tensor, int]:

@@ -13,8 +13,10 @@ Runs a robustness matrix's setting (``--preset``: ``robustness/matrix``, the ser
   - every uploaded row's L2 norm, benign and malicious: the quantiles that put ``norm_bound``'s τ on
     the uploads' scale.
 
-    python scripts/target_row_uploads.py --row robustness/a_hum --rounds 48 --out docs/reproductions/attacks
-    python scripts/target_row_uploads.py --preset robustness/matrix_mf --row robustness/a_hum defense=mean
+    python scripts/investigations/target_row_uploads.py --row robustness/a_hum --rounds 48 --out \
+        docs/reproductions/attacks
+    python scripts/investigations/target_row_uploads.py --preset robustness/matrix_mf --row robustness/a_hum \
+        defense=mean
 
 Writes ``target-row-<attack>.csv`` (one line per round) and ``target-row-<attack>.md`` (the summary).
 """
@@ -22,13 +24,11 @@ Writes ``target-row-<attack>.csv`` (one line per round) and ``target-row-<attack
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 from fedrun.app.compose import compose  # noqa: E402
 from fedrun.app.experiment import build_run  # noqa: E402

@@ -5,8 +5,8 @@ method's docstring). This trains the run its overrides compose (without tracking
 prints, per epoch, the logged loss, the data term and the mean squared norms: of the private user rows as each
 client used them, of the positives' rows and of one local negative's row.
 
-  python scripts/loss_parts.py --epochs 5 +experiment=fedcl/table2 dataset=beauty backbone=fedcl/ncf row=fedcl/fed \
-      sim.seed=1 [--out PATH.csv]
+  python scripts/investigations/loss_parts.py --epochs 5 +experiment=fedcl/table2 dataset=beauty backbone=fedcl/ncf \
+      row=fedcl/fed sim.seed=1 [--out PATH.csv]
 
 The parts are read by wrapping ``mixup_loss`` and ``example_sq_norms`` where ``fedrun.method.fedcl`` calls
 them: the run and its numbers are the same as without the wrapping (the first epoch's loss equals the run's).
@@ -17,17 +17,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import fedrun.method.fedcl as fedcl  # noqa: E402
-from fedrun.app.compose import compose  # noqa: E402
-from fedrun.app.experiment import build_run  # noqa: E402
+import fedrun.method.fedcl as fedcl
+from fedrun.app.compose import compose
+from fedrun.app.experiment import build_run
 
 
 @contextlib.contextmanager

@@ -7,10 +7,10 @@ step that returns only its touched item rows; a custom strategy averages each ro
 clients that touched it. Flower lives in its own environment (``make bench-peers`` creates
 ``.venv-peers``), so the steps run in two interpreters:
 
-    python scripts/bench_peers.py export  --out outputs/bench/peers      # main env: W0's data
-    .venv-peers/bin/python scripts/bench_peers.py flower --out outputs/bench/peers
-    python scripts/bench_peers.py fedrun  --out outputs/bench/peers      # main env: fedrun's W0
-    python scripts/bench_peers.py report  --out outputs/bench/peers      # the table
+    python scripts/bench/bench_peers.py export  --out outputs/bench/peers      # main env: W0's data
+    .venv-peers/bin/python scripts/bench/bench_peers.py flower --out outputs/bench/peers
+    python scripts/bench/bench_peers.py fedrun  --out outputs/bench/peers      # main env: fedrun's W0
+    python scripts/bench/bench_peers.py report  --out outputs/bench/peers      # the table
 
 The Flower peer is a timing reference only: Flower clients are stateless between rounds, so
 user rows are kept in the Ray worker process that happens to run a client (its accuracy is not
@@ -22,22 +22,20 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CLIENTS_PER_ROUND, DIM, LR, SEED = 256, 32, 10.0, 0
 
 
 def export(out: Path) -> None:
-    sys.path.insert(0, str(ROOT))
-    from bench import ML1M_8020  # noqa: E402  (scripts/ is on sys.path when run as a script)
+    from bench import ML1M_8020  # noqa: E402  (this folder is on sys.path when run as a script)
 
+    from fedrun.app.compose import compose as compose_cfg
     from fedrun.app.experiment import plan
-    from tests.conftest import compose_cfg
 
     split = plan(compose_cfg(ML1M_8020 + ["track=none"])).dataset.load()
     train = split.train
@@ -125,15 +123,14 @@ def flower(out: Path, rounds: int) -> None:
 
 
 def fedrun_w0(out: Path, rounds: int) -> None:
-    sys.path.insert(0, str(ROOT))
     from bench import COMMON, MF, ML1M_8020
 
     from fedrun.app.build import build
+    from fedrun.app.compose import compose as compose_cfg
     from fedrun.app.experiment import plan
     from fedrun.kernels.env import RunEnv
     from fedrun.method.base import Method
     from fedrun.sim.trainer import trainer_for
-    from tests.conftest import compose_cfg
 
     cfg = compose_cfg(ML1M_8020 + COMMON + MF + [f"sim.clients_per_round={CLIENTS_PER_ROUND}"])
     p = plan(cfg)

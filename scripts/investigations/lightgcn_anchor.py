@@ -4,7 +4,7 @@ epochs, until ``--epochs`` or ``--budget-s`` seconds — a curve to set beside t
 (REFERENCE sanity anchors). LightGCN's files have no validation split, and its code reads the test set
 during training as this script does; the table gives every reading, the last one and the best.
 
-    python scripts/lightgcn_anchor.py --device cuda --budget-s 300 --out outputs/lightgcn-anchor
+    python scripts/investigations/lightgcn_anchor.py --device cuda --budget-s 300 --out outputs/lightgcn-anchor
 
 Writes ``anchor.csv`` (one row per reading, flushed as it goes, so a run stopped by a time limit keeps
 what it measured) and ``anchor.md``. Needs no MLflow (``track=none``).
@@ -13,17 +13,15 @@ what it measured) and ``anchor.md``. Needs no MLflow (``track=none``).
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 from fedrun.app.compose import compose  # noqa: E402
 from fedrun.app.experiment import build_run  # noqa: E402
 from fedrun.report.table import markdown  # noqa: E402
-from scripts.bench import machine, sync  # noqa: E402
+from fedrun.testing.measure import machine, sync  # noqa: E402
 
 # LightGCN's Gowalla setting: K = 3, dim 64, Adam 1e-3, batch 2,048, L2 1e-4 (the presets' backbone values)
 ANCHOR = ["method=central", "backbone=lightgcn", "dataset=gowalla", "eval=full", "eval.ks=[20]",

@@ -4,7 +4,7 @@ popularity floor, the bytes a client sends and receives per round, the training 
 local differential privacy where that is on → ``<out>/table.md`` and ``<out>/leaderboard.png`` (NDCG@10
 against bytes up per client per round and against seconds per epoch); docs/leaderboard.md reads them.
 
-    python scripts/leaderboard.py [--ledger docs/leaderboard/leaderboard-runs.csv] [--out docs/leaderboard]
+    python scripts/figures/leaderboard.py [--ledger docs/leaderboard/leaderboard-runs.csv] [--out docs/leaderboard]
 
 Bytes are the last round's (``bytes_*_per_client``, a per-round metric); seconds per epoch are the run's training
 seconds per round times its rounds per epoch, on the machine and load the run had (the ledger keeps both).
@@ -17,13 +17,13 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
+from omegaconf import OmegaConf
 
-from fedrun.app.report import SEED_PARAMS, drop_reruns, script_runs  # noqa: E402
-from fedrun.core.paths import config_dir  # noqa: E402
-from fedrun.report.table import markdown  # noqa: E402
+from fedrun.app.report import SEED_PARAMS, drop_reruns, script_runs
+from fedrun.core.paths import config_dir
+from fedrun.report.table import markdown
 
 RANKING = ["test_hr_at_10", "test_ndcg_at_10", "test_hr_at_20", "test_ndcg_at_20"]
 COSTS = ["bytes_up_per_client", "bytes_down_per_client", "seconds_per_epoch"]

@@ -18,7 +18,7 @@ least ``--min-uploaders`` clients:
 This reads the simulation's own bookkeeping (which client sent which row, and the clients' training data)
 as an analysis; no server-side code sees it.
 
-    python scripts/median_rows.py --rounds 24 --out docs/reproductions/attacks/median-rows
+    python scripts/investigations/median_rows.py --rounds 24 --out docs/reproductions/attacks/median-rows
 
 Writes ``median-rows.csv`` (one line per round and class of row) and ``median-rows.md`` (the summary).
 """
@@ -26,13 +26,11 @@ Writes ``median-rows.csv`` (one line per round and class of row) and ``median-ro
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 from fedrun.app.compose import compose  # noqa: E402
 from fedrun.app.experiment import build_run  # noqa: E402

@@ -7,7 +7,7 @@ and Faiss ``IndexFlatIP``). Catalogue sizes from 10³ up; Ciao's 105,114 items a
 Each cell is the median over ``--repeats`` single-client queries (after a warm-up), in one
 process and thread count, so the ratios compare like with like. Writes Markdown + CSV.
 
-    python scripts/bench_hamming.py [--items 1e3,1e4,105114,1e6,1e7] [--bits 64] [--dim 32] [--k 10]
+    python scripts/bench/bench_hamming.py [--items 1e3,1e4,105114,1e6,1e7] [--bits 64] [--dim 32] [--k 10]
 """
 
 from __future__ import annotations
@@ -16,15 +16,13 @@ import argparse
 import csv
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 from fedrun.retrieval.hamming import pack_codes, top_k_hamming  # noqa: E402
 from fedrun.retrieval.search import faiss_available  # noqa: E402

@@ -12,7 +12,7 @@ better), beside the floor of the same split. A curve is named by its preset row 
 Methods that set the Laplace scale λ directly (FedGNN's family: ``privacy.scale``, L∞ clip δ) are placed at their
 papers' ε = 2δ/λ per coordinate, which the panel's axis says; one of their uploaded rows then costs d times that.
 
-    python scripts/privacy_utility.py [--ledger docs/results/privacy-utility/privacy-utility-runs.csv]
+    python scripts/figures/privacy_utility.py [--ledger docs/results/privacy-utility/privacy-utility-runs.csv]
 
 (the graph family's runs, on Yelp: add ``--experiment privacy-utility-graph`` and ``--borrow`` Table 4's ledger for
 its λ .1 runs, as docs/results/privacy-utility.md says; the ledger holds both experiments).
@@ -26,11 +26,11 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
 
-from fedrun.app.report import drop_reruns, script_runs  # noqa: E402
-from fedrun.report.table import markdown  # noqa: E402
+from fedrun.app.report import drop_reruns, script_runs
+from fedrun.report.table import markdown
 
 UTILITY = ["recall_at_20", "ndcg_at_10", "rmse"]  # per dataset, the first every finished run logged a floor of
 

@@ -28,18 +28,18 @@ Workloads (issue #7), each measured in one run on the same data and hyperparamet
 Paths of a training workload:
   - fedrun:  the simulator as a run uses it (``sim.fast_path=auto``: FedSGD fast path when exact)
   - general: per-client copies, bucketed (``sim.fast_path=off``), when it differs from the above
-  - loop:    the plain per-client loop with a deepcopy of the model per client (tests/oracle),
+  - loop:    the plain per-client loop with a deepcopy of the model per client (fedrun/testing),
              checked to compute the same update as the general path before it is timed
   - central: one centralized epoch over the same interactions, same backbone, batch 1,024
 
 Each workload runs in its own process so that its peak RSS is its own (``--tiny``, a smoke test: all in one
 process). Writes Markdown + CSV (and W5 PNGs) to ``--out`` and prints the tables.
 
-    python scripts/bench.py [--workloads w0,w1,w2,w3,w4,w5] [--rounds 20] [--loop-rounds 3] [--tiny]
+    python scripts/bench/bench.py [--workloads w0,w1,w2,w3,w4,w5] [--rounds 20] [--loop-rounds 3] [--tiny]
                             [--device cpu|cuda]
 
 On a GPU (``--device cuda``) every timed step ends with ``torch.cuda.synchronize`` and the
-captions add the device's peak allocated memory; ``scripts/device_check.py`` checks that the
+captions add the device's peak allocated memory; ``scripts/checks/device_check.py`` checks that the
 device computes what the CPU computes.
 """
 
@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -57,20 +56,19 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 from fedrun.app.build import build  # noqa: E402
+from fedrun.app.compose import compose  # noqa: E402
 from fedrun.app.experiment import plan  # noqa: E402
 from fedrun.eval.base import Evaluator  # noqa: E402
 from fedrun.kernels.env import RunEnv  # noqa: E402
 from fedrun.method.base import Method  # noqa: E402
 from fedrun.report.table import markdown  # noqa: E402
 from fedrun.sim.trainer import trainer_for  # noqa: E402
+from fedrun.testing.fedavg_loop import clients_of, fedavg_round  # noqa: E402
+from fedrun.testing.measure import machine, peak_rss_gb, sync  # noqa: E402
 from fedrun.types import Uploads  # noqa: E402
-from tests.conftest import compose_cfg  # noqa: E402  (the same config composition the tests use)
-from tests.oracle.fedavg_loop import fedavg_round  # noqa: E402
-from tests.test_oracle import clients_of  # noqa: E402
 
 ML1M_8020 = ["dataset=ml-1m", "dataset.variant=split80-20", "dataset.split.protocol=predefined"]
 GOWALLA = ["dataset=gowalla", "dataset.split.protocol=predefined"]
@@ -125,31 +123,9 @@ def memory_note(device: torch.device) -> str:
     return "" if peak is None else f"; peak GPU memory allocated {peak:.2f} GB"
 
 
-def sync(device: torch.device) -> None:
-    """Wait for the device's queued kernels, so that a timer measures the work, not its launch."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def peak_rss_gb() -> float:
-    try:
-        status = Path("/proc/self/status").read_text()
-        return int(status.split("VmHWM:")[1].split()[0]) / 2**20
-    except (OSError, IndexError):
-        import resource
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-
-
-def machine(device: str = "cpu") -> str:
-    host = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
-    if torch.device(device).type == "cuda":
-        return f"{torch.cuda.get_device_name(torch.device(device))} (CUDA {torch.version.cuda}), host {host}"
-    return host
-
-
 def build_method(overrides: list[str]):
     """The method's rounds (``.method`` the method) as a run drives them, and the run's env."""
-    cfg = compose_cfg(overrides)
+    cfg = compose(overrides)
     p = plan(cfg)
     env = RunEnv.create(p.dataset.load(), p.sim, p.backbone)
     method = build(cfg.method, "method", Method, env=env)
@@ -340,7 +316,7 @@ def bench_w4_one(name: str, data: list[str]) -> list[str]:
     """Every test user (MF, dim 32) vs the floor: the same users' ``U @ Vᵀ`` and
     ``topk(K_max + 1)`` in the same chunks, nothing else."""
     reset_peak_rss()
-    cfg = compose_cfg(data + ["backbone=mf", "method=fedavg", "track=none", "sim.clients_per_round=1"])
+    cfg = compose(data + ["backbone=mf", "method=fedavg", "track=none", "sim.clients_per_round=1"])
     p = plan(cfg)
     env = RunEnv.create(p.dataset.load(), p.sim, p.backbone)
     method = build(cfg.method, "method", Method, env=env)
@@ -450,9 +426,10 @@ def point(args, overrides: list[str], value: int) -> tuple[int, float, float, in
     the peak GPU memory allocated)."""
     if args.tiny:  # a smoke test: in this process (its peak RSS is not the point's own)
         return value, *measure_point(overrides, args.rounds)
-    code = ("import sys, json; sys.argv = ['bench']; import scripts.bench as b; "
+    code = ("import sys, json; sys.argv = ['bench']; import bench as b; "
             f"print(json.dumps(b.measure_point({overrides!r}, {args.rounds})))")
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
+    result = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, capture_output=True, text=True,
+                            check=False)
     if result.returncode != 0:
         raise SystemExit(f"W5 point {overrides} failed:\n{result.stderr[-3000:]}")
     seconds, rss, clients = json.loads(result.stdout.strip().splitlines()[-1])
@@ -718,7 +695,7 @@ def w10_case(args, case: int) -> tuple[float, float, int]:
     clients = 64 if args.tiny else 256
     overrides = data + COMMON + MF + [f"sim.clients_per_round={clients}", "sim.fast_path=off",
                                       f"sim.device={args.device}", *W10_CASES[case][1]]
-    built = build_run(compose_cfg(overrides))
+    built = build_run(compose(overrides))
     reset_peak_rss()
     seconds = time_rounds(built.trainer, args.rounds)
     gpu = peak_gpu_gb(built.env.device)

@@ -13,7 +13,7 @@ real-valued rows (MetaMF: A_u B_u and its MLP; no index applies), Faiss's binary
 LightFR; FedMF must first decrypt the item matrix it downloads, timed per value with the row's
 key and multiplied by m·f (decrypting 3.4 M values literally would take an hour).
 
-    python scripts/lightfr_costs.py [--setup lightfr/ciao] [--out docs/reproductions/lightfr]   # .md .csv .png
+    python scripts/figures/lightfr_costs.py [--setup lightfr/ciao] [--out docs/reproductions/lightfr]   # .md .csv .png
 """
 
 from __future__ import annotations
@@ -22,14 +22,12 @@ import argparse
 import csv
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 from fedrun.app.build import build  # noqa: E402
 from fedrun.app.compose import compose  # noqa: E402
@@ -198,7 +196,7 @@ def main() -> None:
         writer.writerows(rows)
     note = (f"Per client, one round of each row on {args.setup}: bytes as the methods account their real "
             f"uploads and downloads; top-10 over the catalogue, median of 20; {platform.machine()}, "
-            f"torch {torch.__version__}, 1 thread. `python scripts/lightfr_costs.py --setup {args.setup}`\n\n")
+            f"torch {torch.__version__}, 1 thread. `python scripts/figures/lightfr_costs.py --setup {args.setup}`\n\n")
     stem.with_suffix(".md").write_text(note + table)
     plot(rows, f"LightFR Fig. 3 on {args.setup}: per client", stem.with_suffix(".png"))
     print(table)

@@ -1,8 +1,8 @@
 """Pin a refactor to bit-identical numbers: run fixed seed-1 configurations on real data and record
 every logged metric and a SHA-256 of the final model state, then compare two such records.
 
-    python scripts/equivalence.py run --out before.json [--only fedavg-mf,pop]
-    python scripts/equivalence.py compare before.json after.json [--markdown table.md]
+    python scripts/checks/equivalence.py run --out before.json [--only fedavg-mf,pop]
+    python scripts/checks/equivalence.py compare before.json after.json [--markdown table.md]
 
 The cases are those of issue #30's acceptance (FedAvg MF/NCF on ml-100k, FedCL GRU4Rec/NCF on
 ml-1m, BIL/FedRec/FedRec++ on ml-100k's u1 fold, LightFR/FCF/FedMF/MetaMF/PrivRec/central NCF/pop on
@@ -25,8 +25,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 os.environ.setdefault("FEDRUN_DATA_DIR", str(ROOT.parent / "shared" / "datasets"))
 
 from fedrun.app.compose import compose  # noqa: E402
@@ -34,9 +33,9 @@ from fedrun.app.experiment import build_run  # noqa: E402
 from fedrun.track.base import Tracker  # noqa: E402
 
 try:  # the run loop's home moves with issue #30
-    from fedrun.sim.loop import run_loop  # noqa: E402
+    from fedrun.sim.loop import run_loop
 except ImportError:  # pragma: no cover - before the move
-    from fedrun.kernels.runner import run_loop  # noqa: E402
+    from fedrun.kernels.runner import run_loop
 
 COMMON = ["track=none", "sim.progress=false", "sim.seed=1", "sim.threads=1", "sim.device=cpu"]
 U1 = ["dataset=ml-100k", "dataset.split.protocol=predefined", "dataset.split.valid=false", "sim.max_rounds=10"]

@@ -2,12 +2,12 @@
 the target and the benign utility metrics per epoch, mean ± std over seeds, one line per attack — PNG,
 CSV and a Markdown table of the final epoch.
 
-    python scripts/attack_curves.py [--experiment attacks-ahum-code] [--out docs/reproductions/attacks]
+    python scripts/figures/attack_curves.py [--experiment attacks-ahum-code] [--out docs/reproductions/attacks]
 
 ``--by PARAM`` draws one line per value of a swept parameter instead of per attack, and ``--metrics``
 names the curves, e.g. rCL4FedRec's Fig. 3 (ER@5 per epoch for each α, read at each epoch's evaluation):
 
-    python scripts/attack_curves.py --experiment rcl4fedrec-fig3 --by method.uniformity_alpha \
+    python scripts/figures/attack_curves.py --experiment rcl4fedrec-fig3 --by method.uniformity_alpha \
         --metrics valid_er_at_5 valid_recall_at_20 item_uniformity --out docs/reproductions/rcl4fedrec/fig3
 """
 
@@ -19,12 +19,12 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-from mlflow.tracking import MlflowClient  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
+from mlflow.tracking import MlflowClient
 
-from fedrun.report.table import markdown  # noqa: E402
-from fedrun.store.runs import default_uri  # noqa: E402
+from fedrun.report.table import markdown
+from fedrun.store.runs import default_uri
 
 PLOTTED = ["test_er_at_5", "test_er_at_20", "test_recall_at_20", "test_ndcg_at_20"]  # of the default METRICS
 METRICS = ["test_er_at_5", "test_er_at_10", "test_er_at_20", "test_er_at_30", "test_recall_at_20",

@@ -5,12 +5,12 @@ per backbone, mean ± std over seeds, one panel per dataset and metric. Where th
 ``figure.reference`` (the paper's setting), every other value is compared with it paired over the seeds both
 ran: mean difference and a paired t-test (``<figN>-paired.csv``).
 
-    python scripts/paper_figures.py fedcl/fig5 [lightfr/fig4 ...] [--out docs/reproductions/<paper>]
+    python scripts/figures/paper_figures.py fedcl/fig5 [lightfr/fig4 ...] [--out docs/reproductions/<paper>]
 
 One figure can read another experiment than ``<paper>-<figN>`` and count runs another preset recorded at one
 of its points (``--borrow``), e.g. rCL4FedRec's Fig. 5 at λ2 = 0, whose |U_syn| = 60 is Table 2's run:
 
-    python scripts/paper_figures.py rcl4fedrec/fig5 --experiment rcl4fedrec-fig5-item0 \
+    python scripts/figures/paper_figures.py rcl4fedrec/fig5 --experiment rcl4fedrec-fig5-item0 \
         --borrow docs/reproductions/rcl4fedrec/rcl4fedrec-dev-runs.csv row=rcl4fedrec method.lambda_item=0
 """
 
@@ -22,16 +22,16 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-from mlflow.tracking import MlflowClient  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-from scipy import stats  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
+from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
+from scipy import stats
 
-from fedrun.app.report import add_borrow_argument, collect  # noqa: E402
-from fedrun.core.paths import config_dir  # noqa: E402
-from fedrun.report import ledger  # noqa: E402
-from fedrun.store.runs import default_uri  # noqa: E402
+from fedrun.app.report import add_borrow_argument, collect
+from fedrun.core.paths import config_dir
+from fedrun.report import ledger
+from fedrun.store.runs import default_uri
 
 METRICS = ("test_hr_at_10", "test_ndcg_at_10")
 

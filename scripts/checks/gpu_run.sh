@@ -2,11 +2,11 @@
 # fedrun's GPU checks (issue #7) on a machine with its own CUDA build of torch and no network.
 #
 #   here:   make gpu-bundle                 (.gpu/: wheels the GPU image lacks + the benchmark datasets)
-#   there:  bash scripts/gpu_run.sh [OUT]   (in the repository root, .gpu/ beside it)
+#   there:  bash scripts/checks/gpu_run.sh [OUT]   (in the repository root, .gpu/ beside it)
 #
 # Steps, each logged to OUT (default outputs/gpu):
-#   1. scripts/bench.py --device cuda: W0-W11 on the GPU; then --device cpu on the same host (GPU/CPU ratio)
-#   2. scripts/device_check.py: every case trained on the CPU and on CUDA from the same seeds; exact
+#   1. scripts/bench/bench.py --device cuda: W0-W11 on the GPU; then --device cpu on the same host (GPU/CPU ratio)
+#   2. scripts/checks/device_check.py: every case trained on the CPU and on CUDA from the same seeds; exact
 #      cases must agree to float tolerance (synthetic data, then ml-100k)
 #   3. the unit tests with sim.device=auto, i.e. on CUDA (MLflow-backed tests and integration tests left out:
 #      MLflow is not on the GPU image)
@@ -15,11 +15,11 @@
 # (the same host's CPU baseline, default the same), GPU_RUN_ML100K=0 (skip that device check),
 # GPU_RUN_TESTS (pytest paths, default tests/), GPU_RUN_STEP_S (a time limit per step, seconds);
 # GPU_RUN_BENCH_ARGS (more bench.py arguments); GPU_RUN_CPU_WORKLOADS=none skips the CPU baseline. GPU_RUN_ANCHOR_S=<seconds> also trains the converged
-# LightGCN anchor on gowalla (scripts/lightgcn_anchor.py) in the background while the checks run: the
+# LightGCN anchor on gowalla (scripts/investigations/lightgcn_anchor.py) in the background while the checks run: the
 # benchmarks run first, alone, so their timings are clean; the checks' timings then share the GPU with it.
 # GPU_RUN_ANCHOR_ARGS passes it more arguments ("--eval-every 20", "dataset=ml-100k" for a smoke run).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${1:-outputs/gpu}
 DEVICE=${GPU_RUN_DEVICE:-cuda}
 mkdir -p "$OUT"
@@ -41,19 +41,19 @@ CPU_WORKLOADS=${GPU_RUN_CPU_WORKLOADS:-$WORKLOADS}
 LIMIT=(); [ -n "${GPU_RUN_STEP_S:-}" ] && LIMIT=(timeout "$GPU_RUN_STEP_S")
 status=0
 step() { local name=$1; shift; echo "== $name: $*"; "${LIMIT[@]}" "$@" > >(tee "$OUT/$name.log") 2>&1 || { echo "!! $name failed"; status=1; }; }
-step bench-gpu python3 scripts/bench.py --device "$DEVICE" --workloads "$WORKLOADS" "${BENCH[@]}" --out "$OUT/bench-$DEVICE"
-[ "$CPU_WORKLOADS" != none ] && step bench-cpu python3 scripts/bench.py --device cpu --workloads "$CPU_WORKLOADS" \
+step bench-gpu python3 scripts/bench/bench.py --device "$DEVICE" --workloads "$WORKLOADS" "${BENCH[@]}" --out "$OUT/bench-$DEVICE"
+[ "$CPU_WORKLOADS" != none ] && step bench-cpu python3 scripts/bench/bench.py --device cpu --workloads "$CPU_WORKLOADS" \
     "${BENCH[@]}" --out "$OUT/bench-cpu"
 anchor=
 if [ -n "${GPU_RUN_ANCHOR_S:-}" ]; then
     echo "== lightgcn-anchor (background, ${GPU_RUN_ANCHOR_S} s)"
-    timeout $((GPU_RUN_ANCHOR_S + 120)) python3 scripts/lightgcn_anchor.py --device "$DEVICE" \
+    timeout $((GPU_RUN_ANCHOR_S + 120)) python3 scripts/investigations/lightgcn_anchor.py --device "$DEVICE" \
         --budget-s "$GPU_RUN_ANCHOR_S" --out "$OUT/lightgcn-anchor" ${GPU_RUN_ANCHOR_ARGS:-} \
         > "$OUT/lightgcn-anchor.log" 2>&1 &
     anchor=$!
 fi
-step device-check-synthetic python3 scripts/device_check.py --device "$DEVICE" --rounds $ROUNDS --out "$OUT/synthetic"
-[ "${GPU_RUN_ML100K:-1}" = 1 ] && step device-check-ml100k python3 scripts/device_check.py --device "$DEVICE" \
+step device-check-synthetic python3 scripts/checks/device_check.py --device "$DEVICE" --rounds $ROUNDS --out "$OUT/synthetic"
+[ "${GPU_RUN_ML100K:-1}" = 1 ] && step device-check-ml100k python3 scripts/checks/device_check.py --device "$DEVICE" \
     --rounds $ROUNDS --data ml-100k --out "$OUT/ml-100k"
 step tests python3 -m pytest -q -x -p no:cacheprovider -m "not integration" --ignore=tests/integration \
     --ignore=tests/test_run.py --ignore=tests/test_checkpoint.py ${GPU_RUN_TESTS:-tests}

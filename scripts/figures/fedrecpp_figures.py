@@ -1,7 +1,7 @@
 """FedRec++ Figure 2 from the runs of ``fedrun -m +experiment=fedrecpp/fig2``: MAE and RMSE of
 FedRec and FedRec++ against ρ for each number of clients per iteration c, mean over folds.
 
-    python scripts/fedrecpp_figures.py [--experiment fedrecpp-fig2] [--out docs/reproductions]
+    python scripts/figures/fedrecpp_figures.py [--experiment fedrecpp-fig2] [--out docs/reproductions]
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-from mlflow.tracking import MlflowClient  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
+from mlflow.tracking import MlflowClient
 
-from fedrun.app.report import collect  # noqa: E402
-from fedrun.store.runs import default_uri  # noqa: E402
+from fedrun.app.report import collect
+from fedrun.store.runs import default_uri
 
 
 def curves(frame: pd.DataFrame) -> pd.DataFrame:
