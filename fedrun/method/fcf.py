@@ -37,7 +37,8 @@ from fedrun.backbone.pmf import PMF
 from fedrun.defense.base import Defense
 from fedrun.errors import ConfigError, check_positive
 from fedrun.kernels.server_opt import ServerOptimizerConfig
-from fedrun.method.federated import FastRound, FederatedMethod, Needs
+from fedrun.method.federated import FederatedMethod, Needs
+from fedrun.method.fedsgd import FastRound
 from fedrun.method.rating_scale import RatingScale
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.types import Aggregate, ClientBatch, RoundContext

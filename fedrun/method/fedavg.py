@@ -34,7 +34,9 @@ from fedrun.kernels.batching import local_problem
 from fedrun.kernels.local import ClientOptimizer, problem_loss, scale_gradient
 from fedrun.kernels.rows import gather_rows
 from fedrun.kernels.server_opt import ServerOptimizerConfig
-from fedrun.method.federated import ClientResult, FastRound, FederatedMethod, Needs
+from fedrun.method import fedsgd
+from fedrun.method.federated import ClientResult, FederatedMethod, Needs
+from fedrun.method.fedsgd import FastRound
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.types import ClientBatch
 
@@ -135,7 +137,7 @@ class FedAvg(FederatedMethod):
             negatives = sample_flat_negatives(users, owner, position, items, n_neg, env.n_items, seed)
             candidates = torch.cat([candidates, negatives], 1)
         pairs, pair_of = torch.unique(owner.unsqueeze(1) * env.n_items + candidates, return_inverse=True)
-        step = self.fedsgd_pass(users, pairs, sizes, rule)
+        step = fedsgd.leaves(users, pairs, sizes, rule, self.public, self.private.user, env.n_items)
         l2, balanced = env.backbone.config.l2, self.config.loss_reduction == "balanced"
 
         def example_loss(chunk: torch.Tensor) -> torch.Tensor:
@@ -150,5 +152,5 @@ class FedAvg(FederatedMethod):
                 None if ratings is None else ratings[chunk].unsqueeze(1),
                 l2, example_sq_norms(user_rows, vectors, 1) if l2 else None)  # [n]
 
-        losses = self.fedsgd_examples(step, owner, sizes, candidates.shape[1], example_loss)
-        return self.fedsgd_result(step, losses)
+        losses = fedsgd.over_examples(step, owner, sizes, candidates.shape[1], example_loss, env.sim.max_slots)
+        return fedsgd.result(step, losses, self.config.optimizer, self.private.user)

@@ -69,6 +69,7 @@ from fedrun.kernels.batching import LocalProblem, local_problem
 from fedrun.kernels.local import ClientOptimizer, slot_rows
 from fedrun.kernels.rows import gather_rows
 from fedrun.kernels.server_opt import ServerOptimizerConfig
+from fedrun.method import fedsgd
 from fedrun.method.federated import Exchange, FederatedMethod, Needs
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.privacy.base import Privacy
@@ -272,7 +273,7 @@ class FedCL(FederatedMethod):
             sent_keys = torch.arange(B, device=users.device).unsqueeze(1) * env.n_items + sent  # [B, T]
             keys.append(sent_keys.reshape(-1))
         pairs, pair_of = torch.unique(torch.cat(keys), return_inverse=True)
-        step = self.fedsgd_pass(users, pairs, sizes, rule)
+        step = fedsgd.leaves(users, pairs, sizes, rule, self.public, self.private.user, env.n_items)
         n_scored = candidates.numel()
         example_pair = pair_of[:n_scored].view_as(candidates)  # [N, 1 + n]
         semi_valid = None
@@ -301,30 +302,16 @@ class FedCL(FederatedMethod):
             loss = mixup_loss(scores[:, :1], ones, local, semi, valid, None)  # [n]
             return loss + l2 * example_sq_norms(user, rows, 1)[:, 0] if l2 else loss
 
-        losses = self.fedsgd_examples(step, owner, sizes, width, example_loss)  # [B] each client's Eq. 1
-        return self.fedsgd_result(step, losses)
+        losses = fedsgd.over_examples(step, owner, sizes, width, example_loss, env.sim.max_slots)  # [B]: Eq. 1
+        return fedsgd.result(step, losses, self.config.optimizer, self.private.user)
 
     def bucketed_fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None, rule: Defense):
-        """The general path's buckets and ``local_loss``, each client's item table gathered from the
-        shared leaves (not copied) and the shared weights used as they are: one backward of
-        Σ_c w_c L_c per bucket (sequential backbones, BIL)."""
+        """The general path's buckets and ``local_loss`` as one FedSGD pass per bucket (``fedsgd.over_buckets``:
+        sequential backbones, BIL)."""
         problems = self.problems(users, round_index, sent)
-        order = torch.cat([p.batch.users for p in problems])  # [B] the clients in bucket order
-        n_items, starts = self.env.n_items, torch.tensor([0, *[p.batch.size for p in problems]]).cumsum(0).tolist()
-        keys = [((start + torch.arange(p.batch.size, device=users.device)).unsqueeze(1) * n_items + p.items)
-                for start, p in zip(starts, problems)]  # [b, Lu] each
-        pairs = torch.unique(torch.cat([k[p.item_mask] for k, p in zip(keys, problems)]))
-        step = self.fedsgd_pass(order, pairs, torch.cat([p.weight for p in problems]), rule)
-        losses = []
-        for start, key, problem in zip(starts, keys, problems):
-            client = torch.arange(start, start + problem.batch.size, device=users.device)
-            pair = torch.searchsorted(pairs, key).clamp_max(pairs.numel() - 1)  # padding slots: masked below
-            table = gather_rows(step.item, step.row_of_pair[pair])  # [b, Lu, di]
-            table = torch.where(problem.item_mask.unsqueeze(-1), table, torch.zeros_like(table))
-            loss = self.local_loss(problem, gather_rows(step.user, client), table, step.net)  # [b]
-            (loss * step.weight[client]).sum().backward()
-            losses.append(loss.detach())
-        return self.fedsgd_result(step, torch.cat(losses))
+        step, losses = fedsgd.over_buckets(problems, rule, self.public, self.private.user, self.env.n_items,
+                                           self.local_loss)
+        return fedsgd.result(step, losses, self.config.optimizer, self.private.user)
 
     def local_loss(self, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
                    net: dict[str, torch.Tensor]) -> torch.Tensor:

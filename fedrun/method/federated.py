@@ -19,7 +19,7 @@ A method fills:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, ClassVar, Sequence
 
 import torch
 
@@ -37,37 +37,10 @@ from fedrun.kernels.rows import LOCAL, RowReducer
 from fedrun.kernels.sampling import ClientSampler
 from fedrun.method.base import Method
 from fedrun.method.context import context_for
+from fedrun.method.fedsgd import FastRound
 from fedrun.method.server import Server
 from fedrun.privacy.base import Privacy
-from fedrun.types import Aggregate, ClientBatch, RoundContext, Uploads
-
-
-@dataclass(frozen=True)
-class FastRound:
-    """What a fast path returns: the aggregate, each client's loss [B], rows each client touched [B]."""
-
-    aggregate: Aggregate
-    losses: torch.Tensor
-    rows_per_client: torch.Tensor
-
-
-@dataclass(frozen=True)
-class FedSGDPass:
-    """The leaves of one FedSGD pass (DESIGN.md principle 4). With one local plain-SGD step, no
-    upload transform, no attack and a linear rule, Σ_c w_c Δ_c / W per item row equals
-    −η ∇(Σ_c w_c L_c) / W: every client's weighted loss backpropagates into these shared
-    leaves once, with no per-client copies and no padding."""
-
-    users: torch.Tensor  # [B] the round's clients
-    pair_owner: torch.Tensor  # [Q] client (index into users) of each distinct (client, item) pair
-    row_of_pair: torch.Tensor  # [Q] index into ``rows`` of each pair's item
-    rows: torch.Tensor  # [G] the item ids the round touches
-    weight: torch.Tensor  # [B] w_c, the defense's linear weight of each client
-    row_weight: torch.Tensor  # [G] W per item row: Σ w_c over the clients that touch it (or 1)
-    total_weight: torch.Tensor | float  # W for the shared weights
-    item: torch.Tensor  # [G, di] leaf: the touched public item rows
-    user: torch.Tensor  # [B, du] leaf: the clients' private rows (written back on the client side)
-    net: dict[str, torch.Tensor]  # leaves: the public shared weights
+from fedrun.types import ClientBatch, RoundContext, Uploads
 
 
 @dataclass(frozen=True)
@@ -275,51 +248,6 @@ class FederatedMethod(Method):
         """One plain-SGD local step with ``sim.fast_path=auto``: the client side of FedSGD's exactness."""
         return (self.env.sim.fast_path == "auto" and self.env.sim.local_epochs == 1
                 and self.config.optimizer.is_plain_sgd)
-
-    def fedsgd_pass(self, users: torch.Tensor, pairs: torch.Tensor, data_size: torch.Tensor,
-                    rule: Defense) -> FedSGDPass:
-        """The leaves for the round's distinct ``client * n_items + item`` pairs [Q] (sorted; client
-        an index into ``users``); ``data_size`` [B] what the general path's uploads weigh."""
-        n_items = self.env.n_items
-        pair_owner = pairs // n_items
-        rows, row_of_pair = torch.unique(pairs % n_items, return_inverse=True)  # [G], [Q]
-        weight = rule.linear_weights(data_size.to(self.public.item.dtype))  # [B]
-        if rule.normalized:
-            row_weight = weight.new_zeros(rows.numel()).index_add_(0, row_of_pair, weight[pair_owner])
-            total_weight = weight.sum()
-        else:
-            row_weight, total_weight = torch.ones(rows.numel(), device=rows.device), 1.0
-        net = {k: v.detach().clone().requires_grad_(True) for k, v in self.public.net.items()}
-        return FedSGDPass(users, pair_owner, row_of_pair, rows, weight, row_weight, total_weight,
-                          self.public.item[rows].requires_grad_(True), self.private.user[users].requires_grad_(True),
-                          net)
-
-    def fedsgd_examples(self, step: FedSGDPass, owner: torch.Tensor, sizes: torch.Tensor, width: int,
-                        example_loss: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-        """The unpadded FedSGD pass: Σ_c w_c·mean_c(ℓ) = Σ_e (w_c / |D_c|)·ℓ_e, backpropagated in chunks
-        of examples (``owner`` [N] each example's client, ``sizes`` [B] the clients' |D_c|) of at most
-        ``sim.max_slots`` scored items (``width`` per example); ``example_loss(chunk)`` → ℓ_e [n].
-        Returns each client's mean loss [B]; the gradients accumulate on ``step``'s leaves."""
-        coef = (step.weight / sizes)[owner]  # [N]
-        losses = torch.zeros(step.users.numel(), device=owner.device)  # [B]
-        for chunk in torch.split(torch.arange(owner.numel(), device=owner.device),
-                                 max(1, self.env.sim.max_slots // width)):
-            loss = example_loss(chunk)  # [n]
-            (loss * coef[chunk]).sum().backward()
-            losses.index_add_(0, owner[chunk], loss.detach() / sizes[owner[chunk]])
-        return losses
-
-    def fedsgd_result(self, step: FedSGDPass, losses: torch.Tensor) -> FastRound:
-        """After ``backward`` of Σ_c w_c L_c: the clients' new private rows (written on the client
-        side), the aggregate and the rows each client touched; ``losses`` [B] each client's L_c."""
-        lr, user_lr = self.config.optimizer.lr, self.config.optimizer.private_lr
-        if step.user.grad is not None:  # (sequential backbones infer the user from the history instead)
-            with torch.no_grad():
-                self.private.user[step.users] = step.user - user_lr * step.user.grad / step.weight.unsqueeze(1)
-        item_delta = -lr * step.item.grad / step.row_weight.unsqueeze(1)
-        dense = {k: -lr * v.grad / step.total_weight for k, v in step.net.items()}
-        rows_per_client = torch.bincount(step.pair_owner, minlength=step.users.numel())
-        return FastRound(Aggregate(step.rows, item_delta, dense), losses, rows_per_client)
 
     def problems(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None) -> list[LocalProblem]:
         """The round's buckets of local problems (``sent``: what ``exchange`` gave the clients)."""
