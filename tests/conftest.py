@@ -11,7 +11,7 @@ import torch
 
 from fedrun.app.build import build
 from fedrun.app.compose import compose
-from fedrun.app.experiment import plan
+from fedrun.app.plan import plan
 from fedrun.kernels.env import RunEnv
 from fedrun.method.base import Method
 from fedrun.sim.trainer import trainer_for

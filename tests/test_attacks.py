@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from fedrun.app import experiment
 from fedrun.app.build import parse_config
-from fedrun.app.experiment import plan
+from fedrun.app.plan import plan
 from fedrun.attack._targets import choose_targets
 from fedrun.attack.a_hum import AHum, AHumConfig
 from fedrun.attack.a_ra import ARA, ARAConfig

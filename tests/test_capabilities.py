@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from fedrun.app.experiment import plan
+from fedrun.app.plan import plan
 from fedrun.attack.base import Attack
 from fedrun.backbone.base import PublicParams
 from fedrun.defense.base import Defense

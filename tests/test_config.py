@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from fedrun.app import experiment
 from fedrun.app.build import parse_config, resolve_target
-from fedrun.app.experiment import plan
+from fedrun.app.plan import plan
 from fedrun.core.paths import config_dir
 from fedrun.errors import ConfigError
 from fedrun.kernels.config import SimConfig
@@ -94,7 +94,7 @@ def test_clients_per_round_as_a_fraction_of_the_clients():
 ])
 def test_non_finite_numbers_are_refused_by_name_before_any_data_is_read(override, field, tmp_path, monkeypatch):
     """inf passes every "> 0" check; one walk over every parsed option refuses NaN and ±inf by name."""
-    from fedrun.app.experiment import plan
+    from fedrun.app.plan import plan
 
     monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "no-data-here"))
     extra = {"privacy=ldp": ["privacy.epsilon=inf"], "attack=a_hum": ["attack.mining_lr=inf"]}.get(override, [])
@@ -110,7 +110,7 @@ def test_non_finite_numbers_are_refused_by_name_before_any_data_is_read(override
 ])
 def test_device_strings_and_split_seeds_are_checked_before_torch_or_numpy_sees_them(override, field, tmp_path,
                                                                                   monkeypatch):
-    from fedrun.app.experiment import plan
+    from fedrun.app.plan import plan
 
     monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "no-data-here"))
     with pytest.raises(ConfigError) as refused:
@@ -128,7 +128,7 @@ def test_thread_counts_are_refused_by_name_before_torch_sets_them(threads):
 
 def test_a_sampled_cut_off_that_covers_every_candidate_is_refused(tmp_path, monkeypatch):
     """With 99 negatives, HR@100 is 1 for every user: a cut-off must stay below the candidate count."""
-    from fedrun.app.experiment import plan
+    from fedrun.app.plan import plan
 
     monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "no-data-here"))
     with pytest.raises(ConfigError, match=r"eval.ks=\[10, 100\] .* up to num_negatives = 99 with hr") as refused:
@@ -144,7 +144,7 @@ def test_a_sampled_cut_off_that_covers_every_candidate_is_refused(tmp_path, monk
     ("privacy._target_=math.sqrt", "privacy._target_", "Privacy"),
 ])
 def test_a_target_of_the_wrong_kind_is_named_before_its_config_is_read(override, field, base, tmp_path, monkeypatch):
-    from fedrun.app.experiment import plan
+    from fedrun.app.plan import plan
 
     monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "no-data-here"))
     with pytest.raises(ConfigError, match=f"expected a subclass of {base}") as refused:

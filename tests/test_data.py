@@ -119,7 +119,7 @@ def test_draw_ids_give_repeated_users_independent_negatives():
 def test_a_corrupt_parse_cache_is_rebuilt_not_a_traceback(damage, tmp_path, monkeypatch):
     """The parse cache is keyed by the files' checksums; a truncated or corrupt cache file (a full disk, a
     killed writer) is deleted and the files are parsed again."""
-    from fedrun.app.experiment import plan
+    from fedrun.app.plan import plan
 
     monkeypatch.setenv("FEDRUN_CACHE_DIR", str(tmp_path / "cache"))
     dataset = plan(compose_cfg(["dataset=ml-100k", "track=none"])).dataset

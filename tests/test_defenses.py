@@ -209,7 +209,7 @@ def test_an_outlier_moves_the_mean_but_not_the_robust_rules():
     (["defense=hics", "defense.min_uploaders=0"], "defense.min_uploaders"),
 ])
 def test_bad_settings_are_named(overrides, field):
-    from fedrun.app.experiment import plan
+    from fedrun.app.plan import plan
     from tests.conftest import SMALL, compose_cfg
 
     with pytest.raises(ConfigError) as refused:
@@ -284,7 +284,7 @@ def test_krum_f_of_half_the_round_is_refused_before_training():
 
 @pytest.mark.parametrize("defense", ["median", "trimmed_mean", "krum", "multi_krum", "norm_bound", "hics"])
 def test_each_rule_trains_fedavg_and_refuses_exact_sum_methods(defense):
-    from fedrun.app.experiment import plan
+    from fedrun.app.plan import plan
     from tests.conftest import SMALL, compose_cfg
 
     rated = ["dataset.ratings=true", "backbone=pmf", "backbone.loss=mse"]

@@ -10,7 +10,7 @@ import torch
 
 from fedrun.app import experiment
 from fedrun.app.build import parse_config
-from fedrun.app.experiment import plan
+from fedrun.app.plan import plan
 from fedrun.attack._known import sample_known
 from fedrun.attack.base import AttackSetup
 from fedrun.attack.fedrecattack import MASKED, FedRecAttack, FedRecAttackConfig

@@ -124,7 +124,7 @@ def test_every_float_of_every_option_refuses_non_finite_values_by_name(group, op
                                                                        monkeypatch):
     """Table-driven, over every float key the shipped options hold: NaN and inf end in one ConfigError that
     names that key, before any data is read (inf used to pass every "> 0" check)."""
-    from fedrun.app.experiment import plan
+    from fedrun.app.plan import plan
     from fedrun.errors import ConfigError
 
     monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "no-data-here"))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import fedrun.method.fedcl as fedcl
-from fedrun.app.experiment import build_run
+from fedrun.app.plan import build_run
 from tests.conftest import SMALL, compose_cfg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "investigations"))

@@ -40,7 +40,7 @@ def test_a_broken_tracking_store_is_one_named_line_before_any_data_is_read(case,
     import socket
     import time
 
-    from fedrun.app.experiment import plan
+    from fedrun.app.plan import plan
     from fedrun.errors import ConfigError
     from tests.conftest import SMALL, compose_cfg
 
@@ -78,7 +78,7 @@ def test_an_experiment_name_the_store_cannot_hold_is_refused_before_any_data_is_
                                                                                       monkeypatch):
     """MLflow keeps 256 characters of a name: a longer one failed at run creation, after the data was loaded,
     as "'NoneType' object has no attribute 'experiment_id'"."""
-    from fedrun.app.experiment import plan
+    from fedrun.app.plan import plan
     from fedrun.errors import ConfigError
     from tests.conftest import SMALL, compose_cfg
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fedrun.app.experiment import plan
+from fedrun.app.plan import plan
 from fedrun.errors import ConfigError
 from tests.conftest import SMALL, compose_cfg, make_method, round_of
 

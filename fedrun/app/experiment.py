@@ -1,12 +1,13 @@
-"""Compose → validate → build → run one experiment from a resolved Hydra config."""
+"""Run one experiment from a resolved Hydra config and record it: build it (``fedrun.app.plan``), resume it from a
+checkpoint if asked, train and evaluate it through the run loop, judge it against the popularity floor, and
+record params, tags, metrics, the dataset, the results table and the learning curve with the tracker — a run
+that fails before it starts still leaves a FAILED record with its reason."""
 
 from __future__ import annotations
 
 import logging
 import subprocess
 import tempfile
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,25 +15,13 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
-from fedrun.app.build import build, check_combination, parse_config, resolve_target
-from fedrun.app.validate import check_run, check_selection
-from fedrun.attack._known import sample_known
-from fedrun.attack._targets import choose_targets
-from fedrun.attack.base import Attack, AttackConfig, AttackSetup
-from fedrun.backbone.base import Backbone
+from fedrun.app.build import build
+from fedrun.app.plan import GROUPS, PRESET_GROUPS, Built, build_run, clear_uploads
 from fedrun.core.interrupts import interrupts_ignored
-from fedrun.core.seeding import derive_seed
 from fedrun.data.files import data_dir
-from fedrun.dataset.base import Dataset
-from fedrun.defense.base import Defense
 from fedrun.errors import ConfigError, FedrunError
-from fedrun.eval.base import Evaluator
 from fedrun.eval.floor import at_or_below, floor_metrics
-from fedrun.kernels.config import SimConfig
-from fedrun.kernels.env import RunEnv
-from fedrun.method.base import Method
 from fedrun.method.pop import Pop
-from fedrun.privacy.base import Privacy
 from fedrun.report.curves import learning_curve
 from fedrun.report.table import metrics_table
 from fedrun.sim import checkpoint
@@ -40,122 +29,9 @@ from fedrun.sim.checkpoint import RunnerState
 from fedrun.sim.loop import Interrupted, RunResult, run_loop
 from fedrun.sim.sweep import OVERRIDES
 from fedrun.sim.sweep import marker as sweep_marker
-from fedrun.sim.trainer import Trainer, trainer_for
-from fedrun.store.runs import check_experiment_name
 from fedrun.track.base import Tracker
 
 log = logging.getLogger("fedrun")
-GROUPS = ("dataset", "backbone", "method", "privacy", "attack", "defense", "eval", "track")
-PRESET_GROUPS = ("experiment", "row")  # +experiment=<paper>/<table> and its rows (conf/row/<paper>/)
-
-
-@dataclass
-class Plan:
-    """Every option built and validated; nothing read or trained yet."""
-
-    dataset: Dataset
-    backbone: Backbone
-    sim: SimConfig
-    privacy: Privacy
-    attack: Attack
-    defense: Defense
-    tracker: Tracker
-    method_config: Any
-    eval_config: Any
-    cfg: DictConfig
-
-    @property
-    def choices(self) -> dict[str, str]:
-        return {g: str(OmegaConf.select(self.cfg, f"choices.{g}", default="")) for g in GROUPS}
-
-
-def plan(cfg: DictConfig) -> Plan:
-    """Validate every group against its Config before any work starts."""
-    sim = parse_config(SimConfig, cfg.sim, "sim")
-    sim.torch_device()  # a requested but absent device fails here
-    configs, classes = {}, {}
-    for group, base in (("method", Method), ("eval", Evaluator)):
-        target = cfg[group].get("_target_")
-        if not target:
-            raise ConfigError(f"{group}._target_", target, "the class implementing this option")
-        classes[group] = resolve_target(target, group, base)
-        configs[group] = parse_config(classes[group].Config, cfg[group], group)
-    p = Plan(
-        dataset=build(cfg.dataset, "dataset", Dataset),
-        backbone=build(cfg.backbone, "backbone", Backbone),
-        sim=sim,
-        privacy=build(cfg.privacy, "privacy", Privacy),
-        attack=build(cfg.attack, "attack", Attack),
-        defense=build(cfg.defense, "defense", Defense),
-        tracker=build(cfg.track, "track", Tracker),
-        method_config=configs["method"],
-        eval_config=configs["eval"],
-        cfg=cfg,
-    )
-    check_combination(classes["method"], p.method_config, p.backbone, p.privacy, p.attack, p.defense, p.choices,
-                      p.sim)
-    check_experiment_name("experiment_name", cfg.get("experiment_name"))  # a preset's; track.experiment: its Config
-    return p
-
-
-@dataclass
-class Built:
-    plan: Plan
-    env: RunEnv
-    method: Method
-    trainer: Trainer  # the method's rounds: the federated round, or a central method's own steps
-    evaluator: Evaluator
-    label: str
-
-
-def build_run(cfg: DictConfig) -> Built:
-    """Validate, load the data, build the method and the evaluator."""
-    p = plan(cfg)
-    label = " ".join(f"{g}={p.choices[g]}" for g in ("method", "backbone", "dataset") if p.choices[g])
-    started = time.perf_counter()
-    split = p.dataset.load()
-    log.info("%s: %d users, %d items, train/valid/test = %d/%s/%d (%s split, %.1fs)", p.dataset.name,
-             split.n_users, split.n_items, len(split.train), len(split.valid) if split.valid else "-",
-             len(split.test), split.protocol, time.perf_counter() - started)
-    check_run(p.dataset.name, split, p.backbone, p.sim, p.method_config, p.eval_config.kind)
-    env = RunEnv.create(split, p.sim, p.backbone)
-    method = build(cfg.method, "method", Method, env=env)
-    trainer = trainer_for(method, p.privacy, p.attack, p.defense, p.sim)
-    evaluator = build(cfg.eval, "eval", Evaluator, split=split, device=env.device,
-                      rating=p.backbone.rating_model, bytes_per_pair=p.backbone.full_score_bytes_per_pair())
-    check_selection(p.sim, evaluator)
-    if p.attack.active and isinstance(p.attack.config, AttackConfig):
-        targets = choose_targets(p.attack.config, split)
-        share = trainer.sampler.per_round / trainer.sampler.clients.numel()  # a benign client's odds per round
-        step = method.fabricated_step if "client_step" in type(method).offers(p.method_config) else None
-        known = None
-        if "known_interactions" in p.attack.needs:
-            known = sample_known(split.train, p.attack.config.known_fraction, p.attack.config.known_seed)
-        p.attack.setup(AttackSetup(p.backbone, split.n_users, share, client_lr(p.method_config, p.attack.config),
-                                   targets, derive_seed(p.sim.seed, "attack"), env.device, split.n_items, step, known))
-        evaluator.watch_targets(targets)
-        log.info("attack: %d malicious clients promote item(s) %s", getattr(p.attack, "n_clients", 0),
-                 targets.tolist())
-    elif p.eval_config.watch == "least_popular":  # no attack: the exposure the attacks' default target has anyway
-        evaluator.watch_targets(choose_targets(AttackConfig(), split))
-    built = Built(p, env, method, trainer, evaluator, label)
-    for name in clear_uploads(built):
-        log.warning("privacy: every sampled client uploads its %s in the clear (privacy=%s); the server sees "
-                    "private parameters. privacy=ldp perturbs it as the paper does.", name, p.choices["privacy"])
-    return built
-
-
-def client_lr(method_config: Any, attack_config: AttackConfig) -> float:
-    """The client learning rate a malicious client uses (its own ``lr``, else the method's)."""
-    if attack_config.lr is not None:
-        return attack_config.lr
-    optimizer = getattr(method_config, "optimizer", None)
-    lr = getattr(optimizer, "lr", None) or getattr(method_config, "lr", None)
-    if lr is None:
-        raise ConfigError("attack.lr", None, "a number > 0: this method has no client learning rate to take")
-    return float(lr)
-
-
 def config_params(cfg: DictConfig, resolve: bool) -> dict[str, Any]:
     """The config as flat MLflow params, without a preset's published numbers (``paper:``, which the
     report reads from the preset itself)."""
@@ -175,16 +51,11 @@ def run_record(b: Built, sweep: str | None, job: int | None) -> tuple[dict[str, 
             **{f"fedrun.{g}": p.choices[g] for g in GROUPS if p.choices[g]},
             **{f"fedrun.{g}": v for g in PRESET_GROUPS if (v := OmegaConf.select(p.cfg, f"choices.{g}"))}}
     if sweep:
-        tags.update({"fedrun.sim.sweep": sweep, "fedrun.job": str(job)})
+        tags.update({"fedrun.sweep": sweep, "fedrun.job": str(job)})
     clear = clear_uploads(b)
     if clear:
         tags["fedrun.clear_uploads"] = ",".join(clear)
     return params, tags
-
-
-def clear_uploads(b: Built) -> list[str]:
-    """Private parameters the run's clients upload that no privacy mechanism covers."""
-    return b.method.clear_private_uploads(b.plan.privacy)
 
 
 RESUME_MAY_CHANGE = ("sim.resume", "sim.checkpoint_dir", "sim.checkpoint_every", "sim.progress", "sim.max_rounds",
@@ -358,7 +229,7 @@ def record_failure(cfg: DictConfig, err: Exception, sweep: str | None, job: int 
         experiment = experiment_name(configured, cfg, choices.get("dataset") or "fedrun")
         tags = {f"fedrun.{g}": v for g, v in choices.items() if v}
         if sweep:
-            tags.update({"fedrun.sim.sweep": sweep, "fedrun.job": str(job)})
+            tags.update({"fedrun.sweep": sweep, "fedrun.job": str(job)})
             parent = tracker.sweep_parent(experiment, sweep, sweep_overrides(sweep))
             if parent is not None:
                 tags["mlflow.parentRunId"] = parent

@@ -68,7 +68,7 @@ def compatibility(group: str, option: str) -> list[str]:
     if group != "method":
         return []
     from fedrun.app.compose import compose
-    from fedrun.app.experiment import plan
+    from fedrun.app.plan import plan
 
     lines = []
     for partner in PARTNERS:

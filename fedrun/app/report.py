@@ -381,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
 def matrix_refusals(preset: str, axes: matrix.Axes) -> dict[tuple[str, str], str]:
     """(row, defense) → the one-line reason the capabilities refuse it (checked without any data)."""
     from fedrun.app.compose import compose
-    from fedrun.app.experiment import plan
+    from fedrun.app.plan import plan
 
     refused = {}
     for row in axes.rows:

@@ -91,7 +91,7 @@ class Mlflow(Tracker):
                 owner = Path(sweep_dir) / SWEEP_OWNER  # the Hydra parent, which outlives every job
                 run = client.create_run(experiment_id(client, experiment), run_name=name,
                                         tags={"mlflow.runName": name, "fedrun.kind": "sweep",
-                                              "fedrun.sim.sweep": str(sweep_dir),
+                                              "fedrun.sweep": str(sweep_dir),
                                               **(json.loads(owner.read_text()) if owner.exists() else {})})
                 client.log_param(run.info.run_id, "overrides", " ".join(overrides)[:6000])
                 known[experiment] = {"run_id": run.info.run_id, "uri": self.uri}

@@ -60,7 +60,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 from fedrun.app.build import build  # noqa: E402
 from fedrun.app.compose import compose  # noqa: E402
-from fedrun.app.experiment import plan  # noqa: E402
+from fedrun.app.plan import plan  # noqa: E402
 from fedrun.eval.base import Evaluator  # noqa: E402
 from fedrun.kernels.env import RunEnv  # noqa: E402
 from fedrun.method.base import Method  # noqa: E402
@@ -689,7 +689,7 @@ W10_CASES = [("no attack", []), ("A-hum 0.1%", ["attack=a_hum", "attack.fraction
 
 def w10_case(args, case: int) -> tuple[float, float, int]:
     """(s / round, peak GB, malicious clients) of one W10 case."""
-    from fedrun.app.experiment import build_run
+    from fedrun.app.plan import build_run
 
     data = TINY_DATA if args.tiny else ML1M_8020
     clients = 64 if args.tiny else 256

@@ -35,7 +35,7 @@ def export(out: Path) -> None:
     from bench import ML1M_8020  # noqa: E402  (this folder is on sys.path when run as a script)
 
     from fedrun.app.compose import compose as compose_cfg
-    from fedrun.app.experiment import plan
+    from fedrun.app.plan import plan
 
     split = plan(compose_cfg(ML1M_8020 + ["track=none"])).dataset.load()
     train = split.train
@@ -127,7 +127,7 @@ def fedrun_w0(out: Path, rounds: int) -> None:
 
     from fedrun.app.build import build
     from fedrun.app.compose import compose as compose_cfg
-    from fedrun.app.experiment import plan
+    from fedrun.app.plan import plan
     from fedrun.kernels.env import RunEnv
     from fedrun.method.base import Method
     from fedrun.sim.trainer import trainer_for

@@ -39,7 +39,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 
 from fedrun.app.compose import compose  # noqa: E402
-from fedrun.app.experiment import build_run  # noqa: E402
+from fedrun.app.plan import build_run  # noqa: E402
 from fedrun.core.nested import tensors  # noqa: E402
 from fedrun.report.table import markdown  # noqa: E402
 from fedrun.testing.measure import machine, sync  # the benchmarks' device timing and description  # noqa: E402

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 os.environ.setdefault("FEDRUN_DATA_DIR", str(ROOT.parent / "shared" / "datasets"))
 
 from fedrun.app.compose import compose  # noqa: E402
-from fedrun.app.experiment import build_run  # noqa: E402
+from fedrun.app.plan import build_run  # noqa: E402
 from fedrun.track.base import Tracker  # noqa: E402
 
 try:  # the run loop's home moves with issue #30

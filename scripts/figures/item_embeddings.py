@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from fedrun.app.compose import compose
-from fedrun.app.experiment import plan
+from fedrun.app.plan import plan
 from fedrun.method.cl4fedrec import uniformity_penalty
 from fedrun.sim import checkpoint
 

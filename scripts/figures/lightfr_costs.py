@@ -43,7 +43,7 @@ ROWS = ("fcf", "fedmf", "fedrec", "metamf", "privrec", "lightfr")
 
 
 def build_method(setup: str, row: str):
-    from fedrun.app.experiment import plan
+    from fedrun.app.plan import plan
 
     cfg = compose(["+experiment=lightfr/table5", f"setup={setup}", f"row=lightfr/{row}", "track=none",
                    "sim.progress=false"])

@@ -22,7 +22,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 
 from fedrun.app.compose import compose  # noqa: E402
-from fedrun.app.experiment import build_run  # noqa: E402
+from fedrun.app.plan import build_run  # noqa: E402
 from fedrun.eval.base import Evaluator  # noqa: E402
 
 

@@ -24,7 +24,7 @@ import torch
 
 import fedrun.method.fedcl as fedcl
 from fedrun.app.compose import compose
-from fedrun.app.experiment import build_run
+from fedrun.app.plan import build_run
 
 
 @contextlib.contextmanager

@@ -33,7 +33,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 
 from fedrun.app.compose import compose  # noqa: E402
-from fedrun.app.experiment import build_run  # noqa: E402
+from fedrun.app.plan import build_run  # noqa: E402
 from fedrun.defense._rows import stack_rows  # noqa: E402
 from fedrun.defense.median import coordinate_median  # noqa: E402
 from fedrun.report.table import markdown  # noqa: E402

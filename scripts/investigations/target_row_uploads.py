@@ -31,7 +31,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 
 from fedrun.app.compose import compose  # noqa: E402
-from fedrun.app.experiment import build_run  # noqa: E402
+from fedrun.app.plan import build_run  # noqa: E402
 from fedrun.defense.median import coordinate_median  # noqa: E402
 from fedrun.defense.trimmed_mean import TrimmedMean, TrimmedMeanConfig  # noqa: E402
 from fedrun.report.table import markdown  # noqa: E402

@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from fedrun.app.experiment import build_run
+from fedrun.app.plan import build_run
 from tests.conftest import compose_cfg, needs_data
 
 pytestmark = [needs_data, pytest.mark.integration]

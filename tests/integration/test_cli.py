@@ -58,7 +58,7 @@ def test_multirun_sweep_records_every_job_and_report_summarizes(tmp_path):
     client = MlflowClient()
     runs, (parent,) = jobs_and_parent(client, "sweep")
     assert len(runs) == 4 and {r.info.status for r in runs} == {"FINISHED"}
-    assert len({r.data.tags["fedrun.sim.sweep"] for r in runs}) == 1
+    assert len({r.data.tags["fedrun.sweep"] for r in runs}) == 1
     # the sweep is one parent run holding its command line, each job its child
     assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {parent.info.run_id}
     assert parent.info.status == "FINISHED" and "method=pop,fedavg" in parent.data.params["overrides"]
@@ -116,5 +116,5 @@ def test_two_sweeps_started_in_the_same_second_keep_their_own_folders():
     for name in ("twin-a", "twin-b"):
         runs, (parent,) = jobs_and_parent(client, name)
         assert len(runs) == 2 and {r.data.tags["mlflow.parentRunId"] for r in runs} == {parent.info.run_id}
-        tags |= {r.data.tags["fedrun.sim.sweep"] for r in runs}
+        tags |= {r.data.tags["fedrun.sweep"] for r in runs}
     assert len(tags) == 2  # each sweep's jobs under its own parent, from its own folder
