@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from fedrun.app.plan import plan, run
+from fedrun.app.experiment import run
+from fedrun.app.plan import plan
 from fedrun.core.paths import config_dir
 from fedrun.errors import ConfigError
 from tests.conftest import compose_cfg

@@ -156,7 +156,8 @@ def test_uploads_with_undeclared_fields_are_refused():
 @pytest.mark.parametrize("privacy,clear", [("none", ["user_embedding"]), ("ldp", [])])
 def test_a_protocol_that_uploads_private_parameters_in_the_clear_says_so(privacy, clear, caplog):
     """FedCL's exchange uploads user embeddings: without LDP the run says so in its log and its tags."""
-    from fedrun.app.plan import build_run, run_record
+    from fedrun.app.experiment import run_record
+    from fedrun.app.plan import build_run
 
     cfg = compose_cfg(SMALL + ["method=fedcl", "backbone=fedcl/ncf", f"privacy={privacy}", "method.n_clusters=4"])
     with caplog.at_level("WARNING", logger="fedrun"):

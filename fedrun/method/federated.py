@@ -104,13 +104,17 @@ class FederatedMethod(Method):
         statistics = server_statistics(self.needs(config).server_reads, env.split, env.n_items)
         self.server = self.make_server(
             PublicParams(public.item.to(env.device), {k: v.to(env.device) for k, v in public.net.items()}), statistics)
-        self.server_steps = 0  # server steps taken (the version of the public model)
         self.prepared_for: int | None = None  # the server step prepare_ranking last ran for
 
     @property
     def public(self) -> PublicParams:
         """The public model as the clients download it."""
         return self.server.public
+
+    @property
+    def server_steps(self) -> int:
+        """Server steps taken: the version of the public model (ranking is prepared once per version)."""
+        return self.server.steps
 
     # -- declared capabilities -------------------------------------------------------------
     @classmethod

@@ -31,6 +31,7 @@ from fedrun.types import Aggregate, RoundContext, Uploads
 class Server:
     def __init__(self, public: PublicParams):
         self.public = public
+        self.steps = 0  # server steps taken: the version of the public model (the round counts them)
 
     def aggregate(self, uploads: Uploads, senders: torch.Tensor, defense: Defense,
                   ctx: RoundContext) -> Aggregate | None:

@@ -83,7 +83,7 @@ class FederatedRound:
             uploads, protocol_metrics = method.client_protocol(benign, results, ctx)
             extra.update(protocol_metrics)
             # 6. the attack's clients join
-            crafted = self.attack.craft(method.public, ctx)
+            crafted = self.attack.craft(method.server.public, ctx)  # the model view the round downloads
             if crafted is not None:
                 uploads = Uploads.concat([uploads, crafted.to(uploads.row_delta.device)])
             # 7. guards
@@ -94,7 +94,7 @@ class FederatedRound:
         check_finite(aggregate.item_delta, f"the aggregate (defense={type(self.defense).__name__})", round_index)
         # 9. the server program's step
         extra.update(method.server.step(aggregate, ctx))
-        method.server_steps += 1
+        method.server.steps += 1
         # 10. accounting
         traffic = method.traffic(rows, benign)
         extra.update(traffic.metrics)
@@ -105,7 +105,7 @@ class FederatedRound:
         """Steps 3–4 per bucket: the vectorized client step, its new private rows written back on the
         client side, then the privacy transform of what leaves the bucket's clients."""
         method = self.method
-        gen = generator(self.seed, "privacy", ctx.round, method.public.item.device)
+        gen = generator(self.seed, "privacy", ctx.round, method.server.public.item.device)
         component = f"the client step ({type(method).__name__})"
         results = []
         for problem in problems:
