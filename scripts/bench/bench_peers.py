@@ -32,7 +32,7 @@ CLIENTS_PER_ROUND, DIM, LR, SEED = 256, 32, 10.0, 0
 
 
 def export(out: Path) -> None:
-    from bench import ML1M_8020  # noqa: E402  (this folder is on sys.path when run as a script)
+    from common import ML1M_8020  # noqa: E402  (this folder is on sys.path when run as a script)
 
     from fedrun.app.compose import compose as compose_cfg
     from fedrun.app.plan import plan
@@ -123,7 +123,7 @@ def flower(out: Path, rounds: int) -> None:
 
 
 def fedrun_w0(out: Path, rounds: int) -> None:
-    from bench import COMMON, MF, ML1M_8020
+    from common import COMMON, MF, ML1M_8020
 
     from fedrun.app.build import build
     from fedrun.app.compose import compose as compose_cfg

@@ -1,0 +1,245 @@
+"""Training workloads: W0–W3 (FedAvg MF / NCF: the vectorized round against the per-client loop and a
+centralized epoch), W6 (FedCL's FedSGD fast path), W10 (W0 with malicious clients), W11 (LightGCN over ego
+graphs), W13 (PerFedRec++'s rounds)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from common import (
+    COMMON,
+    GOWALLA,
+    MF,
+    ML1M_8020,
+    NCF,
+    TINY_DATA,
+    Workload,
+    build_and_run,
+    build_method,
+    check_loop_agrees,
+    loop_round,
+    memory_note,
+    peak_gpu_gb,
+    reset_peak_rss,
+    time_rounds,
+    without_workloads,
+    write_table,
+)
+
+from fedrun.app.compose import compose
+from fedrun.testing.measure import machine, peak_rss_gb, sync
+
+TRAIN = {
+    "w0": Workload("w0", "FedAvg-MF (BPR, dim 32, 1 neg., 1 local SGD step), ml-1m split80-20",
+                   ML1M_8020, MF, 256),
+    "w1": Workload("w1", "FedAvg-NCF (4 neg., 1 local epoch), ml-1m split80-20", ML1M_8020, NCF, 256),
+    "w2": Workload("w2", "FedAvg-MF (BPR, dim 32, 1 neg.), gowalla", GOWALLA, MF, 1024),
+    "w3": Workload("w3", "FedAvg-NCF (4 neg., 5 local epochs, Adam), ml-1m split80-20", ML1M_8020,
+                   NCF + ["sim.local_epochs=5", "method.optimizer.name=adam", "method.optimizer.lr=0.001"], 256,
+                   central=["method.optimizer.name=adam", "method.optimizer.lr=0.001"]),
+}
+
+
+def bench_train(work: Workload, args, out: Path) -> str:
+    data = TINY_DATA if args.tiny else work.data
+    clients = min(work.clients, 64) if args.tiny else work.clients
+    overrides = data + COMMON + work.overrides + [f"sim.clients_per_round={clients}", f"sim.device={args.device}"]
+    reset_peak_rss()
+    fedrun, env = build_method(overrides)
+    t_fedrun = time_rounds(fedrun, args.rounds)
+    rss_fedrun, memory = peak_rss_gb(), memory_note(env.device)
+    paths = [("fedrun (FedSGD fast path)" if fedrun.uses_fast_path else "fedrun (general)", t_fedrun)]
+    general = fedrun
+    if fedrun.uses_fast_path:
+        general, _ = build_method(overrides + ["sim.fast_path=off"])
+        paths.append(("general (copies)", time_rounds(general, args.rounds)))
+    max_diff = check_loop_agrees(general, env, args.rounds + 2)
+    t_loop = sum(loop_round(general, env, args.rounds + 3 + r)[0] for r in range(args.loop_rounds)) / args.loop_rounds
+    paths.append(("loop (deepcopy)", t_loop))
+    federated_only = ("method.loss_reduction=", "sim.local_epochs=")  # FedAvg's settings that central refuses
+    central, _ = build_method([o for o in overrides if not o.startswith(federated_only)]
+                              + ["method=central", "method.optimizer.name=sgd", "method.optimizer.lr=0.05",
+                                 "method.batch_size=1024", *work.central])
+    sync(env.device)
+    started = time.perf_counter()
+    central.train_round(0)
+    sync(env.device)
+    t_central = time.perf_counter() - started
+    per_epoch = fedrun.rounds_per_epoch()
+    rows = [[name, f"{s:.4f}", f"{clients / s:,.0f}", f"{t_loop / s:.1f}×", f"{s * per_epoch:.2f}",
+             f"{s * per_epoch / t_central:.2f}×"] for name, s in paths]
+    rows.append(["central epoch", "", "", "", f"{t_central:.2f}", "1.00×"])
+    header = [f"{work.name.upper()} path", "s / round", "client updates / s", "vs loop", "s / epoch",
+              "epoch vs central"]
+    caption = (f"{work.name.upper()} {work.title}{' [tiny synthetic]' if args.tiny else ''}: {clients} clients/round, "
+               f"{per_epoch} rounds/epoch; {machine(args.device)}; "
+               f"peak RSS of the fedrun path {rss_fedrun:.2f} GB{memory}; "
+               f"loop vs general path after one round from one state: max |Δ item| = {max_diff:.1e}")
+    return write_table(out, work.name, header, rows, caption)
+
+
+W6_FEDCL = ["method=fedcl", "privacy=ldp", "backbone=fedcl/ncf", "dataset.min_item_count=5", "dataset.split.valid=true",
+            "eval=full", "sim.clients_per_round=16", "track=none", "sim.progress=false"]
+
+
+def bench_w6(args, out: Path) -> str:
+    """FedCL-NCF rounds (exchange, clustering every 100 rounds amortised, local step, server Adam):
+    the fast path and the general path from the same seed, and how far apart their models end."""
+    data = TINY_DATA if args.tiny else ["dataset=ml-1m"]
+    overrides = data + W6_FEDCL + [f"sim.device={args.device}"]
+    paths = []
+    for name, extra in [("fedrun (FedSGD fast path)", []), ("general (copies)", ["sim.fast_path=off"])]:
+        method, env = build_method(overrides + extra)
+        paths.append((name, time_rounds(method, args.rounds), method))
+    (_, t_fast, fast), (_, t_general, general) = paths
+    max_diff = float((fast.method.public.item - general.method.public.item).abs().max())
+    per_epoch = fast.rounds_per_epoch()
+    header = ["W6 path", "s / round", "vs general", "s / epoch", "20 epochs (h)"]
+    rows = [[name, f"{s:.4f}", f"{t_general / s:.1f}×", f"{s * per_epoch:.1f}", f"{s * per_epoch * 20 / 3600:.2f}"]
+            for name, s, _ in paths]
+    caption = (f"W6 FedCL-NCF, Table 3 settings{' [tiny synthetic]' if args.tiny else ', ml-1m'}: 16 clients/round, "
+               f"{per_epoch} rounds/epoch, {args.rounds} timed rounds after 2 warm-up; {machine(args.device)}; "
+               f"after {args.rounds + 2} rounds from one seed: max |Δ item| fast vs general = {max_diff:.1e}")
+    return write_table(out, "w6", header, rows, caption)
+
+
+W10_CASES = [("no attack", []), ("A-hum 0.1%", ["attack=a_hum", "attack.fraction=0.001", "attack.lr=0.01"]),
+             ("A-hum 5%", ["attack=a_hum", "attack.fraction=0.05", "attack.lr=0.01"]),
+             ("FedRecAttack 5%", ["attack=fedrecattack", "attack.participation=every_round"])]
+
+
+def w10_case(args, case: int) -> tuple[float, float, int]:
+    """(s / round, peak GB, malicious clients) of one W10 case."""
+    from fedrun.app.plan import build_run
+
+    data = TINY_DATA if args.tiny else ML1M_8020
+    clients = 64 if args.tiny else 256
+    overrides = data + COMMON + MF + [f"sim.clients_per_round={clients}", "sim.fast_path=off",
+                                      f"sim.device={args.device}", *W10_CASES[case][1]]
+    built = build_run(compose(overrides))
+    reset_peak_rss()
+    seconds = time_rounds(built.trainer, args.rounds)
+    gpu = peak_gpu_gb(built.env.device)
+    return seconds, peak_rss_gb() if gpu is None else gpu, getattr(built.plan.attack, "n_clients", 0)
+
+
+def bench_w10(args, out: Path) -> str:
+    """W0's round on the general path (an attack turns the FedSGD shortcut off) without and with A-hum
+    clients (10 synthetic users each, 30 mining steps), each in its own process for its peak RSS."""
+    if args.case is not None:
+        print(json.dumps(w10_case(args, args.case)))
+        return ""
+    rows, base = [], None
+    for case, (name, _) in enumerate(W10_CASES):
+        if args.tiny:  # a smoke test: in this process (its peak RSS is not the case's own)
+            seconds, rss, malicious = w10_case(args, case)
+        else:
+            command = [sys.executable, str(Path(__file__).with_name("bench.py")), *without_workloads(sys.argv[1:]),
+                       "--workloads", "w10",
+                       "--case", str(case)]
+            result = subprocess.run(command, capture_output=True, text=True, check=False)
+            if result.returncode != 0:
+                raise SystemExit(f"W10 case {name} failed:\n{result.stderr[-3000:]}")
+            seconds, rss, malicious = json.loads(result.stdout.strip().splitlines()[-1])
+        base = base or seconds
+        rows.append([name, str(malicious), f"{seconds:.4f}", f"{seconds / base:.2f}×", f"{rss:.2f}"])
+    caption = (f"W10 W0's round with malicious clients{' [tiny synthetic]' if args.tiny else ''} (general path, "
+               f"{args.rounds} timed rounds after 2 warm-up; A-hum: 10 synthetic users and 30 mining steps per "
+               f"malicious client, attack.lr 0.01: at W0's client lr of 10 the mined users diverge; FedRecAttack: "
+               f"1% known interactions, one epoch of fitting per round, every client joins every round); "
+               f"{machine(args.device)}")
+    return write_table(out, "w10", ["W10 case", "malicious clients", "s / round", "vs no attack", "peak RSS GB"],
+                       rows, caption)
+
+
+W11_LIGHTGCN = ["method=fedavg", "backbone=lightgcn", "backbone.dim=64", "backbone.layers=2",
+                "method.optimizer.name=sgd", "method.optimizer.lr=100", "method.optimizer.user_lr=null",
+                "method.loss_reduction=mean", "track=none", "sim.progress=false"]
+
+
+def bench_w11(args, out: Path) -> str:
+    """A federated LightGCN round (the round's clients refresh, expand their ego graphs, train, upload)
+    bucketed as runs do, against the same round one client per bucket — a per-client loop over the same
+    code, which must give the same item table — and against one centralized LightGCN epoch, per interaction."""
+    data = TINY_DATA if args.tiny else GOWALLA
+    clients = 64 if args.tiny else 256
+    base = data + W11_LIGHTGCN + [f"sim.clients_per_round={clients}", f"sim.device={args.device}"]
+    reset_peak_rss()
+    fedrun, env = build_method(base)
+    t_fedrun = time_rounds(fedrun, args.rounds)
+    rss, memory = peak_rss_gb(), memory_note(env.device)
+    loop, _ = build_method(base + [f"sim.buckets={clients}", "sim.min_bucket_clients=1"])
+    t_loop = time_rounds(loop, args.loop_rounds)
+    max_diff = float((loop.method.public.item - build_and_run(base, args.loop_rounds + 2)).abs().max())
+    interactions = float(env.train.sizes(fedrun.sampler.users(0)).sum())
+    central, _ = build_method(data + ["method=central", "backbone=lightgcn", "backbone.dim=64", "backbone.layers=2",
+                                      "method.batch_size=2048", "track=none", "sim.progress=false",
+                                      f"sim.device={args.device}"])
+    sync(env.device)
+    started = time.perf_counter()
+    central.train_round(0)
+    sync(env.device)
+    t_central = time.perf_counter() - started
+    per_central = t_central / env.train.items.numel()
+    rows = [[name, f"{s:.3f}", f"{s / interactions * 1e6:.1f}", f"{t_loop / s:.1f}×",
+             f"{s / interactions / per_central:.1f}×"]
+            for name, s in [("fedrun (bucketed)", t_fedrun), ("per-client loop (one per bucket)", t_loop)]]
+    rows.append(["central epoch (batch 2,048)", f"{t_central:.2f}", f"{per_central * 1e6:.1f}", "", "1.0×"])
+    tiny = " [tiny synthetic]" if args.tiny else ""
+    caption = (f"W11 FedAvg-LightGCN over ego graphs (K = 2, dim 64, all neighbours){tiny}: {clients} clients/round "
+               f"({interactions:,.0f} interactions); {machine(args.device)}; "
+               f"peak RSS of the fedrun path {rss:.2f} GB{memory}; loop vs bucketed after the same rounds: "
+               f"max |Δ item| = {max_diff:.1e}")
+    header = ["W11 path", "s / round", "µs / interaction", "vs loop", "per interaction vs central"]
+    return write_table(out, "w11", header, rows, caption)
+
+
+W13_PERFEDRECPP = ["+experiment=perfedrecpp/table4", "row=perfedrecpp/perfedrecpp", "track=none", "sim.progress=false"]
+
+
+W13_TINY = TINY_DATA + ["method=perfedrecpp", "backbone=lightgcn", "method.pretrain_rounds=1", "method.clusters=2",
+                        "track=none", "sim.progress=false"]
+
+
+def bench_w13(args, out: Path) -> str:
+    """PerFedRec++ rounds at Table 4's setting (Yelp, LightGCN K = 2, dim 64, 256 clients; the pre-training
+    rounds, then the personalised ones): the clients' ego graphs propagated as CSR products in edge order
+    (``EdgeOperator``) vs the segment sums they replaced, same seeds; both must end at the same item table."""
+    from fedrun.backbone.lightgcn import SegmentSums
+    from fedrun.kernels import ego
+
+    base = (W13_TINY if args.tiny else W13_PERFEDRECPP) + [f"sim.device={args.device}"]
+    seconds, tables, products = {}, {}, ego.EgoGraphs.operator
+    build_method(base)[0].train_round(0)  # warm-up: the process's one-time costs fall on neither path
+    for name, baseline in [("segment sums (index_add, before)", True), ("CSR products in edge order", False)]:
+        trainer, env = build_method(base)
+        pretrain = trainer.method.config.pretrain_rounds
+        phases = [("pre-training", range(pretrain)), ("personalised", range(pretrain, pretrain + args.loop_rounds))]
+        if baseline:
+            ego.EgoGraphs.operator = property(lambda graphs: SegmentSums(graphs.src, graphs.dst, graphs.weight))
+        try:
+            for phase, rounds in phases:
+                sync(env.device)
+                started = time.perf_counter()
+                for r in rounds:
+                    trainer.train_round(r)
+                sync(env.device)
+                seconds[name, phase] = (time.perf_counter() - started) / len(rounds)
+        finally:
+            ego.EgoGraphs.operator = products
+        tables[name] = trainer.method.public.item.detach().cpu()
+    baseline, ours = tables
+    same = torch.equal(tables[baseline], tables[ours])
+    max_diff = float((tables[baseline] - tables[ours]).abs().max())
+    rows = [[name, phase, f"{s:.3f}", f"{seconds[baseline, phase] / s:.2f}×"] for (name, phase), s in seconds.items()]
+    tiny = " [tiny synthetic]" if args.tiny else ""
+    caption = (f"W13 PerFedRec++ rounds (LightGCN K = 2 over the clients' ego graphs){tiny}: {pretrain} pre-training "
+               f"rounds, then {args.loop_rounds} personalised; {machine(args.device)}, {torch.get_num_threads()} "
+               f"thread(s); item tables after the rounds: {'the same bits' if same else 'differ'} (max |Δ| = "
+               f"{max_diff:.1e})")
+    return write_table(out, "w13", ["W13 ego-graph propagation", "phase", "s / round", "speed-up"], rows, caption)
