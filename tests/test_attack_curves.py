@@ -1,18 +1,13 @@
-"""scripts/figures/attack_curves.py: per-epoch curves from MLflow histories, one line per attack or per value of a
+"""fedrun/app/attack_curves.py: per-epoch curves from MLflow histories, one line per attack or per value of a
 swept parameter (rCL4FedRec's Fig. 3: one line per α), mean over seeds."""
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import pytest
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "figures"))
-
-from attack_curves import histories, summary  # noqa: E402
+from fedrun.app.attack_curves import histories, summary
 
 
 def record(client: MlflowClient, experiment_id: str, params: dict, er_per_epoch: list[float],

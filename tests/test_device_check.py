@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts" / "checks"))
+from fedrun.core.nested import tensors
+from fedrun.testing.compare import state_difference
 
-from device_check import state_difference, tensors  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def nested_state() -> dict:

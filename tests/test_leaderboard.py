@@ -1,23 +1,18 @@
 """The leaderboard preset composes every method in its own paper's setting under one protocol, and
-scripts/figures/leaderboard.py ranks the methods' runs by NDCG@10 beside the floor, their ε and their costs."""
+fedrun/app/leaderboard.py ranks the methods' runs by NDCG@10 beside the floor, their ε and their costs."""
 
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
+from fedrun.app.leaderboard import board, main, paper_of, render
 from fedrun.core.paths import config_dir
 from tests.conftest import compose_cfg
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts" / "figures"))
-
-from leaderboard import board, main, paper_of, render  # noqa: E402
 
 PRESET = OmegaConf.load(Path(config_dir()) / "experiment" / "leaderboard.yaml")
 METHODS = sorted(path.stem for path in (Path(config_dir()) / "method").glob("*.yaml"))

@@ -1,21 +1,16 @@
-"""scripts/figures/privacy_utility.py: utility against ε per dataset and curve, ε = ∞ from the privacy=none runs,
+"""fedrun/app/privacy_utility.py: utility against ε per dataset and curve, ε = ∞ from the privacy=none runs,
 and the
 preset's commands compose (each method in its paper's setting, the protected upload named)."""
 
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from fedrun.app.privacy_utility import main, points
 from tests.conftest import compose_cfg
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "figures"))
-
-from privacy_utility import main, points  # noqa: E402
 
 
 def runs(method: str, eps: float | None, values: list[float], metric: str = "ndcg_at_10") -> list[dict]:

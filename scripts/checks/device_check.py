@@ -40,8 +40,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 from fedrun.app.compose import compose  # noqa: E402
 from fedrun.app.plan import build_run  # noqa: E402
-from fedrun.core.nested import tensors  # noqa: E402
 from fedrun.report.table import markdown  # noqa: E402
+from fedrun.testing.compare import state_difference  # noqa: E402
 from fedrun.testing.measure import machine, sync  # the benchmarks' device timing and description  # noqa: E402
 
 IMPLICIT = {"synthetic": ["dataset=synthetic", "dataset.n_users=400", "dataset.n_items=600",
@@ -115,28 +115,6 @@ CASES = [
     Case("simgcl-ncf", "implicit", ("method=simgcl",), "none"),
     Case("union-ncf", "implicit", ("method=union",), "state"),
 ]
-
-
-def state_difference(reference: dict, other: dict) -> tuple[float, str]:
-    """(largest relative max |Δ| over the tensors of two states, the tensor it occurs in)."""
-    ref, oth = dict(tensors(reference)), dict(tensors(other))
-    if ref.keys() != oth.keys():
-        raise ValueError(f"the states hold different tensors: {sorted(ref.keys() ^ oth.keys())}")
-    worst, where = 0.0, ""
-    for name, a in ref.items():
-        a, b = a.detach().cpu(), oth[name].detach().cpu()
-        if a.shape != b.shape:
-            return float("inf"), f"{name} (shape {tuple(a.shape)} vs {tuple(b.shape)})"
-        if a.numel() == 0:
-            continue
-        if not a.is_floating_point():
-            diff = float((a != b).float().mean())  # share of differing entries (ids, counters, bits)
-        else:
-            scale = max(float(a.abs().max()), 1e-12)
-            diff = float((a.double() - b.double()).abs().max()) / scale
-        if diff > worst:
-            worst, where = diff, name
-    return worst, where
 
 
 def train(overrides: list[str], device: str, rounds: int) -> tuple[dict, dict[str, float], float]:

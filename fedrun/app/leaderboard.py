@@ -1,0 +1,145 @@
+"""One leaderboard across the papers, from the runs of ``fedrun -m +experiment=leaderboard``: every method in its
+own paper's setting on the same split and protocol, ranked by test NDCG@10 (mean ± std over seeds), beside the
+popularity floor, the bytes a client sends and receives per round, the training time per epoch and the ε of its
+local differential privacy where that is on → ``<out>/table.md`` and ``<out>/leaderboard.png`` (NDCG@10
+against bytes up per client per round and against seconds per epoch); docs/leaderboard.md reads them.
+
+    python -m fedrun.app.leaderboard [--ledger docs/leaderboard/leaderboard-runs.csv] [--out docs/leaderboard]
+
+Bytes are the last round's (``bytes_*_per_client``, a per-round metric); seconds per epoch are the run's training
+seconds per round times its rounds per epoch, on the machine and load the run had (the ledger keeps both).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+from omegaconf import OmegaConf
+
+from fedrun.app.report import SEED_PARAMS, drop_reruns, script_runs
+from fedrun.core.paths import config_dir
+from fedrun.report.table import markdown
+
+RANKING = ["test_hr_at_10", "test_ndcg_at_10", "test_hr_at_20", "test_ndcg_at_20"]
+COSTS = ["bytes_up_per_client", "bytes_down_per_client", "seconds_per_epoch"]
+SORT_BY = "test_ndcg_at_10"
+
+
+def paper_of(method: str) -> str:
+    """The paper whose setting the method selects (its ``/setting/<paper>`` default), or "—"."""
+    path = Path(config_dir()) / "method" / f"{method}.yaml"
+    node = OmegaConf.load(path) if path.is_file() else OmegaConf.create({})
+    defaults = OmegaConf.select(node, "defaults", default=[])
+    settings = [str(d).removeprefix("/setting/") for d in defaults if str(d).startswith("/setting/")]
+    return settings[0] if settings else "—"
+
+
+def epsilon_of(group: pd.DataFrame) -> str:
+    """The LDP budget of the method's runs ("—" without privacy)."""
+    privacy = group.get("param:choices.privacy", pd.Series(["none"])).astype(str).iloc[0]
+    if privacy == "none" or "param:privacy.epsilon" not in group:
+        return "—"
+    scale = str(group.get("param:privacy.scale", pd.Series(["None"])).iloc[0])
+    if scale not in ("None", "nan", ""):  # FedGNN's Laplace λ set directly: its ε is per coordinate (2δ/λ)
+        clip = float(group["param:privacy.clip"].iloc[0])
+        return f"{2 * clip / float(scale):g} per coordinate (λ {float(scale):g})"
+    return ", ".join(sorted(set(group["param:privacy.epsilon"].astype(str))))
+
+
+def logged(value) -> bool:
+    return not pd.isna(value) and str(value) not in ("None", "nan", "")
+
+
+def current_setting(group: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A method's runs at its latest setting, and the runs of an earlier default set aside: those whose parameters
+    differ from the latest run's (where both logged them; seeds and how a run executes aside)."""
+    latest = group.sort_values("start_time").iloc[-1]
+    params = [c for c in group.columns if c.startswith("param:") and c[len("param:"):] not in SEED_PARAMS
+              and not c.startswith("param:choices.hydra/") and logged(latest[c])]
+
+    def same(run: pd.Series) -> bool:
+        return all(str(run[c]) == str(latest[c]) for c in params if logged(run[c]))
+
+    keep = group.apply(same, axis=1).astype(bool)
+    return group[keep], group[~keep]
+
+
+def board(frame: pd.DataFrame) -> pd.DataFrame:
+    """Finished runs → one row per method at its current setting (``current_setting``): means and stds of the
+    ranking metrics, means of the costs."""
+    done, _ = drop_reruns(frame)
+    done = done[done["status"] == "FINISHED"]
+    rows = []
+    for method, runs in done.groupby("param:choices.method"):
+        group, earlier = current_setting(runs)
+        if len(earlier):
+            print(f"{method}: {len(earlier)} run(s) of an earlier setting set aside ({', '.join(earlier['run_id'])})")
+        row = {"method": method, "paper": paper_of(method), "runs": len(group),
+               "backbone": group["param:choices.backbone"].astype(str).iloc[0], "epsilon": epsilon_of(group)}
+        for name in RANKING + COSTS + ["floor_ndcg_at_10"]:
+            values = group.get(f"metric:{name}", pd.Series(dtype=float)).dropna()
+            row[name] = values.mean() if len(values) else float("nan")
+            row[f"{name}_std"] = values.std(ddof=1) if len(values) > 1 else 0.0
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    table.loc[table["method"] == "pop", "floor_ndcg_at_10"] = table.loc[table["method"] == "pop", SORT_BY]
+    return table.sort_values(SORT_BY, ascending=False, ignore_index=True)
+
+
+def render(table: pd.DataFrame, dataset: str) -> str:
+    header = ["#", "method", "paper's setting", "backbone", "LDP ε", "runs", "HR@10", "NDCG@10", "HR@20", "NDCG@20",
+              "NDCG@10 / floor", "KB up / client / round", "KB down / client / round", "s / epoch"]
+    rows = []
+    for rank, row in enumerate(table.itertuples(), 1):
+        cells = [str(rank), row.method, row.paper, row.backbone, row.epsilon, str(row.runs)]
+        cells += [f"{getattr(row, m):.4f} ± {getattr(row, m + '_std'):.4f}" for m in RANKING]
+        cells.append(f"{row.test_ndcg_at_10 / row.floor_ndcg_at_10:.2f}" if row.floor_ndcg_at_10 > 0 else "")
+        cells += [f"{row.bytes_up_per_client / 1024:.1f}", f"{row.bytes_down_per_client / 1024:.1f}"]
+        cells.append(f"{row.seconds_per_epoch:.2f}")
+        rows.append(["" if c == "nan" else c for c in cells])
+    return (f"Test metrics on {dataset} (mean ± std over seeds), ranked by NDCG@10; the floor is popularity on the "
+            f"same split (`method=pop`, NDCG@10 / floor = 1).\n\n" + markdown(header, rows) + "\n")
+
+
+def plot(table: pd.DataFrame, path: Path, dataset: str) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5), sharey=True)
+    floor = table.loc[table["method"] == "pop", SORT_BY]
+    for ax, cost, label in [(axes[0], "bytes_up_per_client", "KB up per client per round"),
+                            (axes[1], "seconds_per_epoch", "training seconds per epoch")]:
+        shown = table[(table["method"] != "pop") & (table[cost] > 0)]
+        scale = 1024 if cost.startswith("bytes") else 1
+        ax.errorbar(shown[cost] / scale, shown[SORT_BY], yerr=shown[f"{SORT_BY}_std"], fmt="o", capsize=3)
+        for row in shown.itertuples():
+            ax.annotate(row.method, (getattr(row, cost) / scale, row.test_ndcg_at_10), fontsize=8,
+                        xytext=(4, 3), textcoords="offset points")
+        if len(floor):
+            ax.axhline(float(floor.iloc[0]), ls="--", color="grey", label="popularity floor")
+            ax.legend(loc="lower right")
+        ax.set_xscale("log")
+        ax.set_xlabel(label)
+        ax.grid(alpha=.3)
+    axes[0].set_ylabel("test NDCG@10")
+    fig.suptitle(f"fedrun leaderboard: every method in its paper's setting, {dataset}, leave-one-out, full ranking")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    frame, out = script_runs(__doc__.splitlines()[0], "leaderboard", Path("docs/leaderboard"), argv)
+    dataset = ", ".join(sorted(set(frame["param:choices.dataset"].astype(str))))
+    table = board(frame)
+    text = render(table, dataset)
+    (out / "table.md").write_text(text)
+    plot(table, out / "leaderboard.png", dataset)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
