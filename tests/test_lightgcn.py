@@ -575,15 +575,9 @@ def test_clients_start_from_the_global_model_or_their_clusters():
 
 def test_curve_script_counts_each_round_in_its_epoch_and_finds_the_best_one():
     pytest.importorskip("mlflow", reason="the script reads MLflow (not on the GPU image)")
-    import importlib.util
-    from pathlib import Path
-
     import pandas as pd
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "figures" / "perfedrecpp_curves.py"
-    spec = importlib.util.spec_from_file_location("perfedrecpp_curves", path)
-    curves = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(curves)
+    from fedrun.app import perfedrecpp_curves as curves
     assert [curves.epoch_of_round(r, 21) for r in (0, 20, 21, 41, 42)] == [1, 1, 2, 2, 3]
     frame = pd.DataFrame({"row": ["a"] * 3 + ["b"] * 3, "seed": [1] * 6, "metric": [curves.VALID] * 6,
                           "epoch": [1, 2, 3] * 2, "value": [.1, .3, .2, .4, .2, .1]})

@@ -5,7 +5,6 @@ scripts/figures/paper_figures.py, and scripts/figures/lightfr_costs.py measures 
 from __future__ import annotations
 
 import csv
-import importlib.util
 import shutil
 import subprocess
 import sys
@@ -43,10 +42,9 @@ def test_figure_preset_sweep_is_drawn(tmp_path):
 
 
 def paper_figures():
-    """scripts/figures/paper_figures.py as a module (scripts/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("paper_figures", ROOT / "scripts" / "figures" / "paper_figures.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    """The figure command's module (``python -m fedrun.app.paper_figures``)."""
+    from fedrun.app import paper_figures as module
+
     return module
 
 
