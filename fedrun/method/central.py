@@ -20,7 +20,6 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from fedrun.backbone.lightgcn import BipartiteGraph
 from fedrun.backbone.losses import example_sq_norms, per_client_loss
 from fedrun.backbone.sequential import score_pairs, user_queries
 from fedrun.core.seeding import derive_seed, generator
@@ -29,8 +28,9 @@ from fedrun.data.negatives import sample_negatives
 from fedrun.errors import check
 from fedrun.kernels.env import RunEnv
 from fedrun.kernels.local import ClientOptimizer
+from fedrun.method._central_tables import TABLES
 from fedrun.method.base import Method, RoundStats
-from fedrun.method.graph_contrast import ContrastConfig, GraphContrast
+from fedrun.method.graph_contrast import ContrastConfig
 
 
 @dataclass
@@ -64,26 +64,24 @@ class Central(Method):
         self.pair_user = torch.repeat_interleave(torch.arange(store.n_users, device=env.device), store.sizes())
         self.pair_item, self.pair_rating = store.items, store.ratings
         self._positive_keys = store.sorted_keys()
-        self.graph = BipartiteGraph.from_store(store) if env.backbone.user_context == "graph" else None
-        check(self.graph is not None or config.contrast.kind == "none", "method.contrast.kind", config.contrast.kind,
-              f"none for backbone {type(env.backbone).__name__} (graph contrastive learning needs a graph backbone)")
-        self.contrast = None if self.graph is None else GraphContrast(
-            config.contrast, self.graph, env.backbone.config.layers, env.sim.seed)
-        self._tables: tuple[torch.Tensor, torch.Tensor] | None = None  # propagated tables of the current model
+        context = env.backbone.user_context
+        self.tables = TABLES[context](env, config.contrast)  # what it scores with: the rows, or a graph's
+        self.epoch = self.train_sequences if context == "sequence" else self.train_pairs  # its epoch
 
     def rounds_per_epoch(self) -> int:
         return 1
 
     def train_round(self, round_index: int) -> RoundStats:
-        self._tables = None
-        if self.env.backbone.sequential:
-            return self.train_sequences(round_index)
+        self.tables.reset()
+        return self.epoch(round_index)
+
+    def train_pairs(self, round_index: int) -> RoundStats:
+        """One epoch over every training pair (ID-based and graph backbones)."""
         env, n_pairs = self.env, self.pair_user.numel()
         gen = generator(env.sim.seed, "central-epoch", round_index)  # CPU: same order on every device
         order = torch.randperm(n_pairs, generator=gen).to(env.device)
         seed = derive_seed(env.sim.seed, "central-negatives", round_index)
-        if self.contrast is not None:
-            self.contrast.start_epoch(round_index, env.device)
+        self.tables.start_epoch(round_index, env.device)
         # The epoch's negatives in one draw: each is keyed by its training pair, so they equal per-batch draws,
         # and the batches below run without the host waiting on the device (no rejection round trips).
         epoch_negatives = (sample_negatives(self.pair_user[order], self.num_negatives, env.n_items,
@@ -98,15 +96,8 @@ class Central(Method):
             candidates = items.unsqueeze(1)  # [N, 1]
             if negatives is not None:
                 candidates = torch.cat([candidates, negatives], 1)  # [N, 1 + n]
-            user_rows, vectors = self.user_rows(users), self.item[candidates]  # [N, du], [N, 1 + n, di]
-            raw = user_rows, vectors  # the parameters the examples use (L2 acts on them)
-            contrastive = 0.0
-            if self.graph is not None:  # LightGCN: the whole graph propagated for every mini-batch
-                if self.contrast.active:
-                    user_table, item_table, contrastive = self.contrast.forward(self.user, self.item, users, items)
-                else:
-                    user_table, item_table = self.graph.propagate(self.user, self.item, env.backbone.config.layers)
-                user_rows, vectors = user_table[users], item_table[candidates]
+            raw = self.user_rows(users), self.item[candidates]  # [N, du], [N, 1 + n, di]: what L2 acts on
+            user_rows, vectors, contrastive = self.tables.batch(*raw, self.user, self.item, users, items, candidates)
             scores = env.backbone.score(user_rows, vectors, self.net) + self.offsets(users, candidates)  # [N, 1 + n]
             neg = scores[:, 1:].unsqueeze(1) if self.num_negatives else None
             ratings = None if self.pair_rating is None else self.pair_rating[rows].unsqueeze(1)
@@ -165,7 +156,7 @@ class Central(Method):
         return {"user": self.user, "item": self.item, "net": self.net, "optimizer": self.optimizer.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        self._tables = None
+        self.tables.reset()
         with torch.no_grad():
             self.user.copy_(state["user"])
             self.item.copy_(state["item"])
@@ -176,11 +167,7 @@ class Central(Method):
     @torch.no_grad()
     def ranking_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The user and item tables the model scores with: the parameters, or LightGCN's propagated ones."""
-        if self.graph is None:
-            return self.user, self.item
-        if self._tables is None:  # once per model state, not per evaluation chunk
-            self._tables = self.contrast.ranking(self.user, self.item)
-        return self._tables
+        return self.tables.ranking(self.user, self.item)
 
     @torch.no_grad()
     def score_users(self, users: torch.Tensor, history: Sequence[ClientStore] = ()) -> torch.Tensor:

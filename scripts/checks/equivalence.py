@@ -63,6 +63,10 @@ CASES: dict[str, list[str]] = {
     **{f"central-lightgcn-{kind}": ["method=central", "backbone=lightgcn", f"method.contrast.kind={kind}",
                                     "dataset=ml-100k", "sim.epochs=1"]
        for kind in ("none", "sgl", "simgcl", "xsimgcl")},
+    # the centralized methods' backbone-specific training (#61: their user-context branches), recorded at b982859
+    "central-gru4rec": ["method=central", "backbone=gru4rec", "dataset=ml-100k", "sim.epochs=1"],
+    "central-bert4rec": ["method=central", "backbone=bert4rec", "dataset=ml-100k", "sim.epochs=1"],
+    "svdpp": [*LIGHTFR, "row=lightfr/svdpp"],
     **{f"{attack}-{defense}": [*ATTACKED, f"attack={attack}", f"defense={defense}"] for attack, defense in
        [("a_ra", "median"), ("a_hum", "trimmed_mean"), ("eb", "krum"), ("fedrecattack", "multi_krum"),
         ("psmu", "norm_bound"), ("ra", "hics")]},
