@@ -367,15 +367,10 @@ def test_psmu_uploads_equal_a_per_client_reference_loop():
 
 
 def test_target_row_record_counts_uploaders_and_each_rules_push():
-    """scripts/investigations/target_row_uploads.py: 8 benign clients push the target row down a little, 2
-    malicious ones push it up; the median over the 10 is benign, the sum is the attack's, the trimmed mean
-    (β .1: one value cut per side) keeps one of the two."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "investigations"))
-    from target_row_uploads import record
-
+    """The target row's record (fedrun/defense/diagnostics.py, behind scripts/investigations/target_row_uploads.py):
+    8 benign clients push the target row down a little, 2 malicious ones push it up; the median over the 10 is
+    benign, the sum is the attack's, the trimmed mean (β .1: one value cut per side) keeps one of the two."""
+    from fedrun.defense.diagnostics import target_row_record as record
     from fedrun.types import Uploads
 
     small = 1e-3

@@ -302,15 +302,10 @@ def test_each_rule_trains_fedavg_and_refuses_exact_sum_methods(defense):
 
 
 def test_median_rows_script_classes_each_row_by_its_positive_uploaders():
-    """The diagnostic behind the median's cost (scripts/investigations/median_rows.py): which uploads of a row come from
-    clients holding the item, and the median against the mean per class of row, on a hand-made round."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "investigations" / "median_rows.py"
-    spec = importlib.util.spec_from_file_location("median_rows", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    """The diagnostic behind the median's cost (fedrun/defense/diagnostics.py, behind
+    scripts/investigations/median_rows.py): which uploads of a row come from clients holding the item, and the
+    median against the mean per class of row, on a hand-made round."""
+    from fedrun.defense import diagnostics
     n_items = 10
     train_keys = torch.tensor(sorted([5 * n_items + 1, 6 * n_items + 1, 7 * n_items + 1, 8 * n_items + 2]))
     senders = torch.tensor([5, 6, 7, 8])  # the round's clients, by upload index
@@ -319,8 +314,8 @@ def test_median_rows_script_classes_each_row_by_its_positive_uploaders():
     item = torch.tensor([1, 1, 1, 2, 2, 2, 2])
     delta = torch.tensor([[1., 0.], [0., 1.], [1., 1.], [4., 4.], [-1., -1.], [-1., -1.], [-1., -1.]])
     uploads = Uploads(4, client, item, delta, {}, torch.ones(4))
-    assert script.row_positives(uploads, senders, train_keys, n_items).tolist() == [True] * 4 + [False] * 3
-    minority, majority = script.record(uploads, senders, train_keys, n_items, min_uploaders=3)
+    assert diagnostics.row_positives(uploads, senders, train_keys, n_items).tolist() == [True] * 4 + [False] * 3
+    minority, majority = diagnostics.median_rows_record(uploads, senders, train_keys, n_items, min_uploaders=3)
     # item 2: the median (-1, -1) follows the three negatives against the mean (.25, .25): reading (a)
     assert minority["class"] == "positives a minority" and minority["positive share"] == 0.25
     assert minority["cos(median, mean)"] == pytest.approx(-1.0) and minority["|median| / |mean|"] == pytest.approx(4)

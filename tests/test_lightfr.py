@@ -283,11 +283,8 @@ def test_cold_start_items_are_withheld_and_coded_by_eq21():
 
 
 def test_random_codes_hr_matches_a_simulation():
-    """scripts/investigations/random_codes_hr.py (the tie-rule bounds in the LightFR notes) against Monte Carlo."""
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "investigations"))
-    from random_codes_hr import random_codes_hr
+    """The tie-rule bounds in the LightFR notes (fedrun/eval/random_codes.py) against Monte Carlo."""
+    from fedrun.eval.random_codes import random_codes_hr
 
     exact = random_codes_hr(bits=16, negatives=19, k=5)
     rng = np.random.default_rng(0)

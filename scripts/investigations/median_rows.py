@@ -34,43 +34,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 from fedrun.app.compose import compose  # noqa: E402
 from fedrun.app.plan import build_run  # noqa: E402
-from fedrun.defense._rows import stack_rows  # noqa: E402
-from fedrun.defense.median import coordinate_median  # noqa: E402
+from fedrun.defense.diagnostics import median_rows_record  # noqa: E402
 from fedrun.report.table import markdown  # noqa: E402
 from fedrun.types import Uploads  # noqa: E402
-
-
-def row_positives(uploads: Uploads, senders: torch.Tensor, train_keys: torch.Tensor, n_items: int) -> torch.Tensor:
-    """[R] whether each uploaded row's sender holds its item in training (``train_keys``: sorted user·I + item)."""
-    keys = senders[uploads.row_client] * n_items + uploads.row_item  # [R]
-    at = torch.searchsorted(train_keys, keys).clamp_max(train_keys.numel() - 1)
-    return train_keys[at] == keys
-
-
-def record(uploads: Uploads, senders: torch.Tensor, train_keys: torch.Tensor, n_items: int,
-           min_uploaders: int) -> list[dict[str, float]]:
-    """Per class of row (positives a minority or not): rows, mean positive share, cosine and norm ratio."""
-    positive = row_positives(uploads, senders, train_keys, n_items).to(uploads.row_delta.dtype)  # [R]
-    items, count, stacks = stack_rows(uploads.row_item, torch.cat([uploads.row_delta, positive[:, None]], 1))
-    share, cosine, ratio = [], [], []
-    for stack in stacks:
-        if stack.count < min_uploaders:
-            continue
-        deltas = stack.values[:, :, :-1]  # [g, c, d]
-        share.append(stack.values[:, :, -1].mean(1))  # [g]
-        median, mean = coordinate_median(deltas), deltas.mean(1)  # [g, d]
-        cosine.append(torch.nn.functional.cosine_similarity(median, mean, dim=1))
-        ratio.append(median.norm(dim=1) / mean.norm(dim=1).clamp_min(1e-30))
-    if not share:
-        return []
-    share, cosine, ratio = torch.cat(share), torch.cat(cosine), torch.cat(ratio)
-    out = []
-    for name, chosen in [("positives a minority", share < 0.5), ("positives at least half", share >= 0.5)]:
-        if bool(chosen.any()):
-            out.append({"rows": int(chosen.sum()), "positive share": float(share[chosen].mean()),
-                        "cos(median, mean)": float(cosine[chosen].mean()),
-                        "|median| / |mean|": float(ratio[chosen].median()), "class": name})
-    return out
 
 
 def main() -> int:
@@ -92,7 +58,7 @@ def main() -> int:
     aggregate, records = rounds.aggregate, []
 
     def recording(uploads: Uploads, senders: torch.Tensor, ctx):
-        for line in record(uploads, senders, train_keys, n_items, args.min_uploaders):
+        for line in median_rows_record(uploads, senders, train_keys, n_items, args.min_uploaders):
             records.append({"round": ctx.round, **line})
         return aggregate(uploads, senders, ctx)
 

@@ -16,27 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-from scipy.stats import binom
-
-
-def random_codes_hr(bits: int, negatives: int, k: int) -> dict[str, float]:
-    similarity = np.arange(bits + 1)
-    p_sim = binom.pmf(similarity, bits, 0.5)  # [f + 1]
-    p_above = np.array([p_sim[similarity > s].sum() for s in similarity])
-    hr = {"pessimistic": 0.0, "random": 0.0, "optimistic": 0.0}
-    for s, weight in zip(similarity, p_sim):
-        hr["pessimistic"] += weight * binom.cdf(k - 1, negatives, p_above[s] + p_sim[s])
-        hr["optimistic"] += weight * binom.cdf(k - 1, negatives, p_above[s])
-        # random: a negatives above, t tied; the test item lands at a uniform place among t + 1
-        above = np.arange(negatives + 1)
-        for a in above[above < k]:
-            rest = negatives - a
-            tied = np.arange(rest + 1)
-            p_counts = (binom.pmf(a, negatives, p_above[s]) *
-                        binom.pmf(tied, rest, p_sim[s] / (1 - p_above[s]) if p_above[s] < 1 else 0.0))
-            hr["random"] += weight * float((p_counts * np.minimum(1.0, (k - a) / (tied + 1))).sum())
-    return hr
+from fedrun.eval.random_codes import random_codes_hr
 
 
 def main() -> None:

@@ -32,50 +32,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 from fedrun.app.compose import compose  # noqa: E402
 from fedrun.app.plan import build_run  # noqa: E402
-from fedrun.defense.median import coordinate_median  # noqa: E402
-from fedrun.defense.trimmed_mean import TrimmedMean, TrimmedMeanConfig  # noqa: E402
+from fedrun.defense.diagnostics import target_row_record  # noqa: E402
 from fedrun.report.table import markdown  # noqa: E402
 from fedrun.types import RoundContext, Uploads  # noqa: E402
-
-QUANTILES = (0.5, 0.9, 0.99)
-TRIMMED = TrimmedMean(TrimmedMeanConfig(beta=0.1))  # the matrix's trimmed mean (its reduce: one row group)
-
-
-def mean_pairwise_cosine(rows: torch.Tensor) -> float:
-    """rows [n, d] → the mean cosine over distinct pairs (nan below two rows)."""
-    if rows.shape[0] < 2:
-        return float("nan")
-    unit = torch.nn.functional.normalize(rows, dim=1)
-    gram = unit @ unit.T
-    n = rows.shape[0]
-    return float((gram.sum() - gram.diagonal().sum()) / (n * (n - 1)))
-
-
-def record(uploads: Uploads, ctx: RoundContext, target: int) -> dict[str, float]:
-    malicious_row = uploads.row_client >= ctx.n_clients  # the attack's clients join after the benign ones
-    norms = uploads.row_delta.norm(dim=1)
-    on_target = uploads.row_item == target
-    benign, bad = uploads.row_delta[on_target & ~malicious_row], uploads.row_delta[on_target & malicious_row]
-    everyone = uploads.row_delta[on_target]  # [n, d]
-    out = {"round": ctx.round, "benign uploaders": benign.shape[0], "malicious uploaders": bad.shape[0],
-           "benign target norm": float(benign.norm(dim=1).median()) if benign.shape[0] else float("nan"),
-           "malicious target norm": float(bad.norm(dim=1).median()) if bad.shape[0] else float("nan"),
-           "malicious cosine": mean_pairwise_cosine(bad)}
-    if bad.shape[0] and benign.shape[0]:
-        out["cos(malicious mean, benign mean)"] = float(torch.nn.functional.cosine_similarity(
-            bad.mean(0), benign.mean(0), dim=0))
-    if bad.shape[0]:
-        direction = torch.nn.functional.normalize(bad.mean(0), dim=0)
-        n = everyone.shape[0]
-        out["push sum"] = float(everyone.sum(0) @ direction)
-        out["push malicious only"] = float(bad.sum(0) @ direction)
-        out["push median"] = float(n * coordinate_median(everyone.unsqueeze(0))[0] @ direction)
-        out["push trimmed mean"] = float(n * TRIMMED.reduce(everyone.unsqueeze(0))[0] @ direction)
-    for q in QUANTILES:
-        out[f"benign row norm q{q}"] = float(norms[~malicious_row].quantile(q))
-        if bool(malicious_row.any()):
-            out[f"malicious row norm q{q}"] = float(norms[malicious_row].quantile(q))
-    return out
 
 
 def main() -> int:
@@ -99,7 +58,7 @@ def main() -> int:
     aggregate, records = rounds.defense.aggregate, []
 
     def recording(uploads: Uploads, ctx: RoundContext | None = None):
-        records.append(record(uploads, ctx, target))
+        records.append(target_row_record(uploads, ctx, target))
         return aggregate(uploads, ctx)
 
     rounds.defense.aggregate = recording
