@@ -9,6 +9,7 @@ client side of the round.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 
@@ -62,7 +63,7 @@ class Uploads:
             row_item=torch.cat([p.row_item for p in parts]),
             row_delta=torch.cat([p.row_delta for p in parts]),
             dense={name: torch.cat([p.dense[name] for p in parts]) for name in names},
-            weight=None if parts[0].weight is None else torch.cat([p.weight for p in parts]),
+            weight=None if parts[0].weight is None else torch.cat([cast(torch.Tensor, p.weight) for p in parts]),
             row_count=counts,
         )
 

@@ -325,7 +325,8 @@ def log_children_datasets(client: MlflowClient, parent: Run) -> None:
     """The datasets the sweep's runs trained on, logged as the parent's own inputs: the runs table shows a sweep
     as its parent's row (children folded under it), whose Dataset column is otherwise empty."""
     runs = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
-    inputs = {(item.dataset.name, item.dataset.digest): item for run in runs for item in run.inputs.dataset_inputs}
+    inputs = {(item.dataset.name, item.dataset.digest): item for run in runs if run.inputs is not None
+              for item in run.inputs.dataset_inputs}
     if inputs:
         client.log_inputs(parent.info.run_id, datasets=list(inputs.values()))
 

@@ -20,6 +20,7 @@ losses are replaced by the per-position next-item objective of the sequential be
 from __future__ import annotations
 
 import functools
+from typing import cast
 
 import torch
 from torch.func import functional_call
@@ -49,7 +50,7 @@ class GRU4Rec(SequentialBackbone):
     def hidden_states(self, rows: torch.Tensor, net: dict[str, torch.Tensor],
                       gen: torch.Generator | None = None) -> torch.Tensor:
         """rows [B, L, d] → GRU states h_1..h_L [B, L, d] (padding at the end never feeds back)."""
-        p = self.config.dropout
+        p = cast(SequentialConfig, self.config).dropout
         rows = dropout(rows, p, gen)
         w_hh, b_hh = net["gru.w_hh"], net["gru.b_hh"]
         if w_hh.dim() == 2:  # one shared copy: torch's fused GRU

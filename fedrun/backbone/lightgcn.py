@@ -110,7 +110,7 @@ class BipartiteGraph:
         """The graph of the kept edges ``keep`` [nnz] (in ``norm``'s order), renormalised on their degrees
         (SGL's edge dropout)."""
         user, item = self.norm.to_sparse_coo().coalesce().indices()
-        return BipartiteGraph.from_edges(user[keep], item[keep], tuple(self.norm.shape))
+        return BipartiteGraph.from_edges(user[keep], item[keep], (int(self.norm.shape[0]), int(self.norm.shape[1])))
 
     @property
     def n_edges(self) -> int:

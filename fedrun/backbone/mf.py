@@ -6,13 +6,15 @@ negatives (implicit feedback).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
 from fedrun.backbone.base import Backbone
 
 
 class MF(Backbone):
-    losses = ("bpr", "bce")
+    losses: ClassVar[tuple[str, ...]] = ("bpr", "bce")
     linear_in_user = True
 
     def score(self, user: torch.Tensor, item: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor:

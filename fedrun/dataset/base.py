@@ -176,7 +176,7 @@ def _save_cache(path: Path, parts: dict[str, Interactions]) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + f".{os.getpid()}.tmp.npz")
-        np.savez(tmp, **arrays)
+        np.savez(tmp, **arrays)  # type: ignore[arg-type]  # (numpy's stub reads **arrays as allow_pickle)
         tmp.replace(path)
     except OSError:  # a read-only cache directory only costs a re-parse next time
         pass

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -32,7 +33,7 @@ class Full(Evaluator):
     Config = FullConfig
 
     def chunk_users(self, n_items: int) -> int:
-        return max(1, (self.config.memory_mb << 20) // (n_items * self.bytes_per_pair))
+        return max(1, (cast(FullConfig, self.config).memory_mb << 20) // (n_items * self.bytes_per_pair))
 
     @torch.no_grad()
     def evaluate_ranking(self, method: Method, part: str) -> dict[str, float]:

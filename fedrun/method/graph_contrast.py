@@ -110,6 +110,8 @@ class GraphContrast:
             return final_user, final_item, config.weight * term
         clean_user, clean_item = self.tables(user, item)
         if kind == "sgl":
+            if self.subgraphs is None:
+                raise RuntimeError("SGL's two subgraphs are drawn by start_epoch, before the epoch's batches")
             views = [self.tables(user, item, graph) for graph in self.subgraphs]
         else:  # simgcl
             views = [self.tables(user, item, noisy=True) for _ in range(2)]

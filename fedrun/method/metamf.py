@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Sequence, cast
 
 import torch
 import torch.nn.functional as F
@@ -228,7 +228,7 @@ class MetaMF(FederatedMethod):
         batch = problem.batch
         received = self.received(batch.users, batch.pos, batch.pos_mask)
         mask = batch.pos_mask.to(received["left"].dtype)
-        error = (predict(received, received["left"]) - batch.ratings) * mask  # [B, P]
+        error = (predict(received, received["left"]) - cast(torch.Tensor, batch.ratings)) * mask  # [B, P]
         loss = error.pow(2).sum(1) / mask.sum(1)  # Eq. 10 per client [B]
         grads = torch.autograd.grad(loss.sum(), [received[name] for name in (*RECEIVED, "left")])
         client, column = batch.pos_mask.nonzero(as_tuple=True)

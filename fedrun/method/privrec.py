@@ -29,7 +29,7 @@ The privacy guarantee (ε via the moments accountant) is not computed: z and S a
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Sequence, cast
 
 import torch
 
@@ -132,7 +132,8 @@ class PrivRec(FederatedMethod):
     # -- client side -----------------------------------------------------------------------
     def adapt(self, problem: LocalProblem):
         """Reptile's inner loop for a bucket: k steps from θ on the clients' scaled ratings."""
-        problem = replace(problem, batch=replace(problem.batch, ratings=self.scale(problem.batch.ratings)))
+        ratings = self.scale(cast(torch.Tensor, problem.batch.ratings))  # a rating model's batches carry ratings
+        problem = replace(problem, batch=replace(problem.batch, ratings=ratings))
         users = problem.batch.users
         start = self.public.net[USER_INIT].expand(users.numel(), -1)  # [B, d]
         return train_local(self.env.backbone, problem, start, self.public.item[problem.items], {},

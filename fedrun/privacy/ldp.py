@@ -57,7 +57,7 @@ class LDPConfig:
                   "null with mechanism=gaussian (set epsilon and delta instead)")
 
 
-def clip_rows(vectors: torch.Tensor, norm: str, bound: float) -> torch.Tensor:
+def clip_rows(vectors: torch.Tensor, norm: str, bound: float | torch.Tensor) -> torch.Tensor:
     """vectors [N, d] → each row scaled to ‖row‖_p ≤ bound (rows already inside are unchanged)."""
     order = {"l1": 1.0, "l2": 2.0, "linf": math.inf}[norm]
     size = torch.linalg.vector_norm(vectors, ord=order, dim=1, keepdim=True)  # [N, 1]

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, cast
 
 import matplotlib
 import numpy as np
 import pandas as pd
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from fedrun.errors import ConfigError
 from fedrun.report.table import markdown
@@ -36,8 +36,8 @@ class Axes:
 
     @staticmethod
     def of(preset: str, conf_dir: Path) -> "Axes | None":
-        params = OmegaConf.load(conf_dir / "experiment" / f"{preset}.yaml").get("hydra", {}).get(
-            "sweeper", {}).get("params", {})
+        preset_node = cast(DictConfig, OmegaConf.load(conf_dir / "experiment" / f"{preset}.yaml"))
+        params = preset_node.get("hydra", {}).get("sweeper", {}).get("params", {})
         rows, columns = (str(params.get(key, "")).split(",") for key in ("row", "defense"))
         rows, columns = [r.strip() for r in rows if r.strip()], [c.strip() for c in columns if c.strip()]
         return Axes(rows, columns) if rows and columns else None

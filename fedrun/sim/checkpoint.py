@@ -96,7 +96,7 @@ def _check_loadable(state: Any, where: str) -> None:
 
 def _os_error(err: BaseException) -> OSError | None:
     """The OSError behind ``err`` (torch wraps a failed write in a RuntimeError), or None."""
-    seen = err
+    seen: BaseException | None = err
     while seen is not None:
         if isinstance(seen, OSError):
             return seen
