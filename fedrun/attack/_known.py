@@ -46,7 +46,6 @@ def sample_known(train: Interactions, fraction: float, seed: int) -> KnownIntera
     rng = np.random.default_rng(derive_seed(seed, "attack-known"))
     n_known = max(1, int(len(train) * fraction))
     rows = rng.choice(len(train), size=n_known, replace=False)
-    keys = np.unique(np.asarray(train.user)[rows].astype(np.int64) * train.n_items
-                     + np.asarray(train.item)[rows].astype(np.int64))  # sorted, duplicates once
-    keys = torch.from_numpy(keys)
+    keys = torch.from_numpy(np.unique(np.asarray(train.user)[rows].astype(np.int64) * train.n_items
+                                      + np.asarray(train.item)[rows].astype(np.int64)))  # sorted, duplicates once
     return KnownInteractions(keys // train.n_items, keys % train.n_items, train.n_users, train.n_items)

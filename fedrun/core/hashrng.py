@@ -28,7 +28,7 @@ def mix(x: torch.Tensor) -> torch.Tensor:
     return x ^ _shr(x, 31)
 
 
-def randint(seed: int, keys: list[torch.Tensor], high: int) -> torch.Tensor:
+def randint(seed: int, keys: list[torch.Tensor], high: int | torch.Tensor) -> torch.Tensor:
     """Integers in [0, high), one per element of the broadcast ``keys`` (each int64)."""
     x = torch.full_like(keys[0], seed & ((1 << 63) - 1))
     for key in keys:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, cast
 
+import numpy as np
 import torch
 
 from fedrun.data.client_store import ClientStore
@@ -91,7 +92,7 @@ class Evaluator:
             predicted = torch.cat([method.score_pairs(u, i, self.history(part)) for u, i in
                                    zip(torch.split(users, 1 << 16), torch.split(items, 1 << 16))])
             if self.config.clip_ratings:
-                train = self.split.train.rating
+                train = cast(np.ndarray, self.split.train.rating)  # (a rating evaluation: the ratings are there)
                 predicted = predicted.clamp(float(train.min()), float(train.max()))
             return rating_errors(predicted, torch.as_tensor(data.rating, device=self.device))
         return self.evaluate_ranking(method, part)

@@ -223,6 +223,8 @@ class EgoProtocol:
         rows = torch.arange(B, device=linked.device).unsqueeze(1).expand_as(problem.pos_slot)
         linked[rows[problem.batch.pos_mask], problem.pos_slot[problem.batch.pos_mask]] = True
         seed = derive_seed(self.seed, "ego-neighbors", round_index)
+        if self.directory is None:
+            raise RuntimeError("ego graphs are built after the round's refresh registered the clients")
         ego = EgoGraphs.build(self.directory, problem.batch.users, problem.items, problem.item_mask, linked,
                               self.cap, seed)
         return GraphProblem(**fields, ego=ego, layers=self.layers, round=round_index, sent=sent)

@@ -9,7 +9,7 @@ per-client optimizers (DESIGN.md, "The vectorization principle" 1–2).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, ClassVar
+from typing import Callable, ClassVar, Sequence, cast
 
 import torch
 
@@ -44,7 +44,7 @@ class ClientOptimizer:
         """The lr of the private user rows."""
         return self.lr if self.user_lr is None else self.user_lr
 
-    def make(self, params: list[torch.Tensor], private: list[torch.Tensor] = ()) -> torch.optim.Optimizer:
+    def make(self, params: list[torch.Tensor], private: Sequence[torch.Tensor] = ()) -> torch.optim.Optimizer:
         """The optimizer of ``params`` at ``lr`` and of the ``private`` user rows at ``private_lr``."""
         groups = [{"params": list(params)}] + ([{"params": list(private), "lr": self.private_lr}] if private else [])
         if self.name == "adam":
@@ -137,4 +137,4 @@ def train_local(backbone: Backbone, problem: LocalProblem, user0: torch.Tensor, 
     with torch.no_grad():
         item_delta = (item - item0) * problem.item_mask.unsqueeze(-1)
         net_delta = {k: v - net0[k].unsqueeze(0) for k, v in net.items()}
-    return LocalResult(user.detach(), item_delta, net_delta, first_loss)
+    return LocalResult(user.detach(), item_delta, net_delta, cast(torch.Tensor, first_loss))  # (≥ 1 step: set)

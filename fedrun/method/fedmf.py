@@ -92,6 +92,8 @@ class FedMF(FedRec):
 
     def traffic(self, rows: torch.Tensor, uploads: Uploads | None) -> Traffic:
         """The round's traffic is the ciphertexts (and ids in PartText), not the float32 rows."""
+        if uploads is None:
+            raise RuntimeError("FedMF has no fast path: its round always builds the uploads it encrypts")
         values = self.values_per_client(uploads)
         cipher = ciphertext_bytes(self.config.key_length)
         ids = 0.0 if self.config.mode == "full" else 4.0 * values.mean() / uploads.row_delta.shape[1]

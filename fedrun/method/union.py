@@ -16,7 +16,7 @@ on ML-1M about 7× slower than CL4FedRec's; the per-positive negatives cost as m
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -58,8 +58,9 @@ class Union(CL4FedRec):
     Config = UnionConfig
 
     def item_loss(self, problem: ContrastiveProblem, item_table: torch.Tensor) -> torch.Tensor:
-        B, P, n = problem.neg_slot.shape
+        neg_slot = cast(torch.Tensor, problem.neg_slot)  # UNION's client draws negatives (num_negatives ≥ 1)
+        B, P, n = neg_slot.shape
         anchors = slot_rows(item_table, problem.pos_slot)  # [B, P, di]
-        negatives = slot_rows(item_table, problem.neg_slot.reshape(B, P * n)).reshape(B, P, n, -1)  # [B, P, n, di]
+        negatives = slot_rows(item_table, neg_slot.reshape(B, P * n)).reshape(B, P, n, -1)  # [B, P, n, di]
         return union_contrastive(anchors, problem.batch.pos_mask, negatives, self.config.tau,
                                  self.config.loss_reduction)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -95,11 +96,12 @@ class HardNegativeServer:
         if self.config.clustering == "none":
             return self.cache[users], torch.arange(users.numel(), device=users.device)
         assign = self.assign[users]
+        centroids = cast(torch.Tensor, self.centroids)  # (clustering on: fitted before any round's query)
         stale = assign < 0
         if stale.any():  # uploaded since the last clustering: nearest centroid
             assign = assign.clone()
-            assign[stale] = torch.cdist(self.cache[users[stale]], self.centroids).argmin(1)
-        return self.centroids, assign
+            assign[stale] = torch.cdist(self.cache[users[stale]], centroids).argmin(1)
+        return centroids, assign
 
     def hard_sets(self, queries: torch.Tensor, public: PublicParams, k: int) -> torch.Tensor:
         """[Q, k] the k items most relevant to each query (sorted by item id)."""

@@ -8,7 +8,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, cast
 
 from tqdm import tqdm
 
@@ -105,9 +105,9 @@ def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimC
                                                         state.next_round % sim.checkpoint_every == 0)):
                 path = save(state)
                 if stop.requested:
-                    raise Interrupted(stop.signal, state.next_round, path)
+                    raise Interrupted(cast(str, stop.signal), state.next_round, path)
             elif stop.requested:
-                raise Interrupted(stop.signal, state.next_round, None)
+                raise Interrupted(cast(str, stop.signal), state.next_round, None)
     bar.close()
     noisy_updates = isinstance(trainer, FederatedRound) and "item_rows" in trainer.privacy.targets
     pace.check_rise(tracker, noisy_updates)
