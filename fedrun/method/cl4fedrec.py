@@ -191,7 +191,7 @@ class ContrastiveServer(OptimizerServer):
     After each epoch's last round it reports the item table's uniformity and refits the synthetic users."""
 
     def __init__(self, public: PublicParams, config: CL4FedRecConfig, backbone: Backbone, popularity: torch.Tensor,
-                 seed: int, user_dim: int):
+                 seed: int):
         super().__init__(public, config.server_optimizer)
         self.config, self.backbone, self.popularity, self.seed = config, backbone, popularity, seed
         device = public.item.device
@@ -199,7 +199,7 @@ class ContrastiveServer(OptimizerServer):
         self.synthetic_items = draw_synthetic_items(popularity, config.synthetic_users, config.synthetic_items,
                                                     config.synthetic_sampling, gen).to(device)  # [S, N]
         std = backbone.config.init_std
-        self.synthetic = (torch.randn(config.synthetic_users, user_dim, generator=gen) * std
+        self.synthetic = (torch.randn(config.synthetic_users, backbone.user_width, generator=gen) * std
                           ).to(device, public.item.dtype)  # [S, du]
         self.synthetic_fits = 0
         if config.user_cl == "synthetic":
@@ -250,6 +250,7 @@ class ContrastiveServer(OptimizerServer):
 
 class CL4FedRec(FedAvg):
     Config = CL4FedRecConfig
+    server_program: ClassVar[type[ContrastiveServer]] = ContrastiveServer  # rCL4FedRec: its calibrating server
     graph_backbones = False  # its views and synthetic users are defined on ID embeddings
     has_fedsgd_path = False
 
@@ -264,8 +265,7 @@ class CL4FedRec(FedAvg):
 
     def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> ContrastiveServer:
         env = self.env
-        return ContrastiveServer(public, self.config, env.backbone, statistics["item_popularity"], env.sim.seed,
-                                 self.user_dim)
+        return self.server_program(public, self.config, env.backbone, statistics["item_popularity"], env.sim.seed)
 
     @classmethod
     def offers(cls, config: CL4FedRecConfig) -> frozenset[str]:

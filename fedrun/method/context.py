@@ -21,7 +21,7 @@ import torch
 
 from fedrun.backbone.base import PublicParams
 from fedrun.backbone.lightgcn import BipartiteGraph, LightGCNConfig
-from fedrun.backbone.sequential import SequenceView, SequentialBackbone, SequentialConfig, infer_users
+from fedrun.backbone.sequential import SequenceView, SequentialBackbone, SequentialConfig, infer_users, score_pairs
 from fedrun.core.seeding import derive_seed, generator
 from fedrun.data.client_store import ClientStore
 from fedrun.kernels.batching import LocalProblem
@@ -76,22 +76,17 @@ class UserContext:
         """[U] → what each user scores with [U, du]."""
         raise NotImplementedError
 
-    def item_table(self, public: PublicParams) -> torch.Tensor:
-        """The item rows queries are scored against [I, di]."""
-        return public.item
-
     def score_users(self, private_user: torch.Tensor, users: torch.Tensor, history: Sequence[ClientStore],
                     public: PublicParams) -> torch.Tensor:
         """[U] → scores over the whole catalogue [U, I]."""
-        queries = self.queries(private_user, users, history, public)
-        return self.env.backbone.score_full(queries, self.item_table(public), public.net)
+        return self.env.backbone.score_full(self.queries(private_user, users, history, public), public.item,
+                                            public.net)
 
     def score_pairs(self, private_user: torch.Tensor, users: torch.Tensor, items: torch.Tensor,
                     history: Sequence[ClientStore], public: PublicParams) -> torch.Tensor:
-        """users [N], items [N] → scores [N], each distinct user's query formed once."""
-        distinct, index = torch.unique(users, return_inverse=True)
-        queries = self.queries(private_user, distinct, history, public)  # [U', du]
-        return self.env.backbone.score(queries[index], self.item_table(public)[items].unsqueeze(1), public.net)[:, 0]
+        """users [N], items [N] → scores [N], each distinct user's query formed once (the backbone's own
+        ``score_pairs``: a private row, or the query a history infers)."""
+        return score_pairs(self.env.backbone, private_user, history, users, items, public.item, public.net)
 
     def state_dict(self) -> dict[str, Any]:
         return {}
@@ -189,9 +184,6 @@ class GraphContext(UserContext):
     def queries(self, private_user: torch.Tensor, users: torch.Tensor, history: Sequence[ClientStore],
                 public: PublicParams) -> torch.Tensor:
         return self.tables[0][users]
-
-    def item_table(self, public: PublicParams) -> torch.Tensor:
-        return self.tables[1]
 
     def score_users(self, private_user: torch.Tensor, users: torch.Tensor, history: Sequence[ClientStore],
                     public: PublicParams) -> torch.Tensor:

@@ -99,7 +99,6 @@ class FederatedMethod(Method):
         super().__init__(config, env)
         private, public = env.backbone.init_params(env.n_users, env.n_items, generator(env.sim.seed, "init"))
         self.private = PrivateParams(private.user.to(env.device))  # client side
-        self.user_dim = int(private.user.shape[1])  # du, the architecture's width of a user row (public)
         self.context = context_for(env)  # how a user reaches the model: ids, sequence or graph (client side)
         statistics = server_statistics(self.needs(config).server_reads, env.split, env.n_items)
         self.server = self.make_server(

@@ -57,8 +57,8 @@ class CalibratingServer(ContrastiveServer):
     (Alg. 1 l. 11), with the hot and normal sets split by the item popularity it was handed."""
 
     def __init__(self, public: PublicParams, config: RCL4FedRecConfig, backbone: Backbone,
-                 popularity: torch.Tensor, seed: int, user_dim: int):
-        super().__init__(public, config, backbone, popularity, seed, user_dim)
+                 popularity: torch.Tensor, seed: int):
+        super().__init__(public, config, backbone, popularity, seed)
         order = torch.argsort(popularity, descending=True, stable=True)
         self.hot = order[:config.hot_items].to(public.item.device)  # [H]
         self.normal = order[config.hot_items:].to(public.item.device)  # [I − H]
@@ -92,13 +92,9 @@ class CalibratingServer(ContrastiveServer):
 
 class RCL4FedRec(CL4FedRec):
     Config = RCL4FedRecConfig
+    server_program = CalibratingServer
 
     def __init__(self, config: RCL4FedRecConfig, env):
         check(config.hot_items < env.n_items, "hot_items", config.hot_items,
               f"fewer than the {env.n_items} items of the catalogue")
         super().__init__(config, env)
-
-    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> CalibratingServer:
-        env = self.env
-        return CalibratingServer(public, self.config, env.backbone, statistics["item_popularity"], env.sim.seed,
-                                 self.user_dim)
