@@ -131,7 +131,7 @@ def test_denoisers_collect_what_the_server_needs():
     clients = env.clients_with_data()
     batch = env.train.client_batch(clients)
     denoiser = method.role[clients] >= 0
-    noise = float(method.unrated_counts(batch)[~denoiser].sum())
+    noise = float(method.rating.unrated_counts(batch)[~denoiser].sum())
     own = float(env.train.sizes(clients)[denoiser].sum())
     assert rows.item.numel() == noise
     assert set(relayed.denoiser.tolist()) <= {0, 1, 2}

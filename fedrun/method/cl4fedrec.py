@@ -14,7 +14,7 @@ Client (vectorized over the bucket; the private row u_i never leaves):
   - item views V' = V + Δ', V'' = V + Δ'' where Δ is one step of L_rec on the client's local item
     rows under u' (resp. u''), model otherwise as downloaded (Eq. 8–9);
     L_ic = Σ_{k ∈ D_i} −log e^{cos(v'_k, v''_k)/τ} / Σ_{j ∈ D_i} e^{cos(v'_k, v''_j)/τ}   (Eq. 10)
-  - L = L_rec + λ1·L_uc + λ2·L_ic (Eq. 11), trained like FedAvg's client (``FedAvg``): item-row and
+  - L = L_rec + λ1·L_uc + λ2·L_ic (Eq. 11), trained like FedAvg's client (``fedrun.method._training``): item-row and
     tower deltas uploaded, the server aggregates them (``defense``) and applies ``server_optimizer``.
 
 Choices where the paper is open (each a config field, logged with the run):
@@ -53,8 +53,8 @@ from fedrun.core.seeding import derive_seed, generator
 from fedrun.errors import check, check_choice, check_positive
 from fedrun.kernels.batching import LocalProblem
 from fedrun.kernels.local import ClientOptimizer, problem_loss, slot_rows
-from fedrun.method.fedavg import FedAvg, FedAvgConfig
-from fedrun.method.federated import ClientResult, Exchange, Needs
+from fedrun.method._training import LocalTrainingConfig
+from fedrun.method.federated import ClientResult, Exchange, FederatedMethod, Needs
 from fedrun.method.server import OptimizerServer
 from fedrun.privacy.base import Privacy
 from fedrun.types import Aggregate, RoundContext
@@ -63,7 +63,7 @@ USER_VIEWS = ("synthetic", "none")
 
 
 @dataclass
-class CL4FedRecConfig(FedAvgConfig):
+class CL4FedRecConfig(LocalTrainingConfig):
     optimizer: ClientOptimizer = field(default_factory=lambda: ClientOptimizer("adam", 1e-3))
     loss_reduction: str = "sum"  # Eq. 1 and Eq. 10 are sums
     num_negatives: int = 4  # "negative instances are sampled with 1:4 ratio" (§5.1)
@@ -248,11 +248,9 @@ class ContrastiveServer(OptimizerServer):
         return float(loss.detach())
 
 
-class CL4FedRec(FedAvg):
+class CL4FedRec(FederatedMethod):
     Config = CL4FedRecConfig
     server_program: ClassVar[type[ContrastiveServer]] = ContrastiveServer  # rCL4FedRec: its calibrating server
-    graph_backbones = False  # its views and synthetic users are defined on ID embeddings
-    has_fedsgd_path = False
 
     def __init__(self, config: CL4FedRecConfig, env):
         check(config.synthetic_items <= env.n_items, "synthetic_items", config.synthetic_items,
@@ -266,10 +264,6 @@ class CL4FedRec(FedAvg):
     def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> ContrastiveServer:
         env = self.env
         return self.server_program(public, self.config, env.backbone, statistics["item_popularity"], env.sim.seed)
-
-    @classmethod
-    def offers(cls, config: CL4FedRecConfig) -> frozenset[str]:
-        return frozenset({"model_view"})
 
     def exchange(self, users: torch.Tensor, round_index: int, privacy: Privacy) -> Exchange:
         """The round's clients download the synthetic users' embeddings (|U_syn|·d floats)."""

@@ -35,10 +35,11 @@ from fedrun.kernels.guards import UploadSchema
 from fedrun.kernels.local import ClientOptimizer, LocalResult, problem_loss, train_local
 from fedrun.kernels.rows import LOCAL, RowReducer
 from fedrun.kernels.sampling import ClientSampler
+from fedrun.method._training import LocalTraining, LocalTrainingConfig
 from fedrun.method.base import Method
 from fedrun.method.context import context_for
 from fedrun.method.fedsgd import FastRound
-from fedrun.method.server import Server
+from fedrun.method.server import OptimizerServer, Server
 from fedrun.privacy.base import Privacy
 from fedrun.types import ClientBatch, RoundContext, Uploads
 
@@ -97,6 +98,10 @@ class FederatedMethod(Method):
 
     def __init__(self, config: Any, env: RunEnv):
         super().__init__(config, env)
+        # FedAvg's local training (``fedrun.method._training``), composed when the option's config is its settings
+        self.training = LocalTraining(config, env.backbone) if isinstance(config, LocalTrainingConfig) else None
+        if self.training is not None:
+            self.num_negatives = self.training.num_negatives
         private, public = env.backbone.init_params(env.n_users, env.n_items, generator(env.sim.seed, "init"))
         self.private = PrivateParams(private.user.to(env.device))  # client side
         self.context = context_for(env)  # how a user reaches the model: ids, sequence or graph (client side)
@@ -118,8 +123,13 @@ class FederatedMethod(Method):
     # -- declared capabilities -------------------------------------------------------------
     @classmethod
     def needs(cls, config: Any) -> Needs:
-        """What this method requires of privacy, attack, defense and backbone (``Needs``)."""
-        return Needs()
+        """What this method requires of privacy, attack, defense and backbone (``Needs``); by default the
+        ID context, and the graph one where its client step trains graph backbones (ego graphs)."""
+        return Needs(user_contexts=frozenset({"ids", "graph"} if cls.graph_backbones else {"ids"}))
+
+    @classmethod
+    def l2_step_lr(cls, config: Any) -> float | None:
+        return config.l2_step_lr() if isinstance(config, LocalTrainingConfig) else None
 
     @classmethod
     def offers(cls, config: Any) -> frozenset[str]:
@@ -130,9 +140,13 @@ class FederatedMethod(Method):
     def fabricated_step(self, batch: ClientBatch, user: torch.Tensor, round_index: int) -> ClientResult:
         """The benign client step, as the protocol's client software runs it, for clients outside the
         split (an attacker's fabricated users, ids ≥ n_users) holding their own private rows ``user``
-        [B, du]: their negatives drawn as a benign client's, then the same local training. Methods
-        that offer ``client_step`` implement it."""
-        raise NotImplementedError(f"{type(self).__name__} offers no client step for fabricated clients")
+        [B, du]: their negatives drawn as a benign client's, then the same local training (the default
+        client step; a method offers ``client_step`` only where that is its client's)."""
+        negatives = None
+        if self.num_negatives:
+            negatives = sample_batch_negatives(batch.users, batch.pos, batch.pos_mask, self.num_negatives,
+                                               self.env.n_items, self.negative_seed(round_index))
+        return self.local_step(local_problem(batch, negatives, self.env.n_items), user)
 
     @classmethod
     def shares_embeddings(cls, config: Any) -> bool:
@@ -143,8 +157,11 @@ class FederatedMethod(Method):
     def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> Server:
         """The method's server program (``fedrun.method.server``), from the public parameters, the data
         ``statistics`` it declares (``Needs.server_reads``, by name) and the method's settings — never the
-        env's client store or split, nor the private rows."""
-        raise NotImplementedError
+        env's client store or split, nor the private rows. By default, with FedAvg's local training, the
+        public model and its ``server_optimizer``."""
+        if self.training is None:
+            raise NotImplementedError(f"{type(self).__name__} builds no server program")
+        return OptimizerServer(public, self.training.config.server_optimizer)
 
     def round_clients(self) -> torch.Tensor:
         """[C] the clients the rounds sample from (default: every client with training data)."""
@@ -175,7 +192,10 @@ class FederatedMethod(Method):
 
     def local_loss(self, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
                    net: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Per-client loss [B] on the clients' local copies (default: the backbone's loss)."""
+        """Per-client loss [B] on the clients' local copies (default: the backbone's loss, reduced as FedAvg's
+        local training says where the method composes it)."""
+        if self.training is not None:
+            return self.training.loss(problem, user, item_table, net)
         return problem_loss(self.env.backbone, problem, user, item_table, net)
 
     def client_step(self, problem: LocalProblem) -> ClientResult:
@@ -244,13 +264,19 @@ class FederatedMethod(Method):
     def fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None,
                    rule: Defense) -> FastRound | None:
         """Optional shortcut computing the aggregate directly under the linear ``rule`` (``sent``: what
-        ``exchange`` gave the clients); None when not exact."""
-        return None
+        ``exchange`` gave the clients); None when not exact. By default FedAvg's local training's FedSGD pass
+        (run only where ``fast_path_exact`` holds)."""
+        if self.training is None:
+            return None
+        return self.training.fedsgd_round(self.env, self.public, self.private.user, users,
+                                          self.negative_seed(round_index), rule)
 
     def fedsgd_exact(self) -> bool:
-        """One plain-SGD local step with ``sim.fast_path=auto``: the client side of FedSGD's exactness."""
+        """One plain-SGD local step with ``sim.fast_path=auto``: the client side of FedSGD's exactness (and,
+        with FedAvg's local training, its loss on the rows themselves: ``LocalTraining.fedsgd_exact``)."""
         return (self.env.sim.fast_path == "auto" and self.env.sim.local_epochs == 1
-                and self.config.optimizer.is_plain_sgd)
+                and self.config.optimizer.is_plain_sgd
+                and (self.training is None or self.training.fedsgd_exact(self.context.per_example)))
 
     def problems(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None) -> list[LocalProblem]:
         """The round's buckets of local problems (``sent``: what ``exchange`` gave the clients)."""
@@ -273,6 +299,8 @@ class FederatedMethod(Method):
 
     def negative_seed(self, round_index: int) -> int:
         """The seed of round ``round_index``'s negatives (keyed per client and position under it)."""
+        if self.training is not None:
+            round_index = self.training.negative_round(round_index)
         return derive_seed(self.env.sim.seed, "negatives", round_index)
 
     # -- accounting ------------------------------------------------------------------------

@@ -22,34 +22,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedrun.core.seeding import derive_seed
-from fedrun.errors import check_fraction
-from fedrun.method._pseudo import perturb_pairs
-from fedrun.method.fedavg import FedAvg, FedAvgConfig
+from fedrun.method._pseudo import PairPerturbationConfig, perturb_round
+from fedrun.method._training import LocalTrainingConfig
+from fedrun.method.federated import FederatedMethod
 from fedrun.types import ClientBatch
 
 
 @dataclass
-class FedGNNConfig(FedAvgConfig):
-    pseudo_share: float = 0.1  # share of each client's pairs replaced by pseudo items (the code: 10%)
-    mask_share: float = 0.0  # share of the rest treated as not held for the round (PerFedRec++'s masking)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_fraction("pseudo_share", self.pseudo_share, closed_low=True, closed_high=False)
-        check_fraction("mask_share", self.mask_share, closed_low=True, closed_high=False)
+class FedGNNConfig(PairPerturbationConfig, LocalTrainingConfig):
+    """FedAvg's local training (``fedrun.method._training``) and the pseudo items (``fedrun.method._pseudo``)."""
 
 
-class FedGNN(FedAvg):
+class FedGNN(FederatedMethod):
     Config = FedGNNConfig
+    has_fedsgd_path = True
+    graph_backbones = True  # LightGCN over each client's ego graph (fedrun.kernels.ego)
+
+    @classmethod
+    def offers(cls, config: FedGNNConfig) -> frozenset[str]:
+        return frozenset({"model_view", "client_step"})
 
     def prepare_batch(self, batch: ClientBatch, round_index: int) -> ClientBatch:
-        config = self.config
-        if not (config.pseudo_share or config.mask_share):
-            return batch
-        seed = derive_seed(self.env.sim.seed, "pseudo-pairs", round_index)
-        return perturb_pairs(batch, self.env.n_items, seed, config.pseudo_share, config.mask_share)[0]
+        return perturb_round(batch, self.config, self.env.n_items, self.env.sim.seed, round_index)
 
     def fedsgd_exact(self) -> bool:
         """The FedSGD pass trains the stored pairs: exact only when no pair is replaced or masked."""
-        return super().fedsgd_exact() and not (self.config.pseudo_share or self.config.mask_share)
+        return super().fedsgd_exact() and not self.config.perturbs_pairs

@@ -31,16 +31,21 @@ from dataclasses import dataclass
 
 import torch
 
+from fedrun.backbone.base import PublicParams
 from fedrun.errors import check, check_choice
+from fedrun.kernels.batching import LocalProblem
 from fedrun.kernels.rows import LOCAL, RowReducer
-from fedrun.method.federated import Needs, Traffic
-from fedrun.method.fedrec import FedRec, FedRecConfig
+from fedrun.kernels.server_opt import ServerOptimizerConfig
+from fedrun.method._rating import RatingConfig, RatingStep, upload_audit
+from fedrun.method.federated import ClientResult, FederatedMethod, Needs, Traffic
+from fedrun.method.rating_scale import require_rating_model
+from fedrun.method.server import OptimizerServer, Server
 from fedrun.privacy.paillier import PaillierKeys, PaillierSum, ciphertext_bytes
-from fedrun.types import Uploads
+from fedrun.types import RoundContext, Uploads
 
 
 @dataclass
-class FedMFConfig(FedRecConfig):
+class FedMFConfig(RatingConfig):
     lr: float = 0.01  # γ (Chai et al. give none for these datasets; chosen on FilmTrust validation)
     lr_decay: float = 1.0  # constant γ
     mode: str = "part"  # part (PartText: rated items only) | full (FullText: every item, zeros unrated)
@@ -56,11 +61,15 @@ class FedMFConfig(FedRecConfig):
               "a multiple of 8 of at least 128 bits (FedMF: 1024)")
 
 
-class FedMF(FedRec):
+class FedMF(FederatedMethod):
     Config = FedMFConfig
+    unread = {"sim.local_epochs": "each client takes one gradient step on its ratings per round (Alg. 2)"}
 
     def __init__(self, config: FedMFConfig, env):
+        require_rating_model(env, "fedmf")
         super().__init__(config, env)
+        self.rating = RatingStep(config, env)  # FedRec's client step with ρ = 0 (``fedrun.method._rating``)
+        self.audit = upload_audit(config, env)
         self.keys = PaillierKeys(config.key_length)  # held by the clients
         self.encryption_seconds = self.keys.seconds_per_encryption()
 
@@ -68,6 +77,9 @@ class FedMF(FedRec):
     def needs(cls, config: FedMFConfig) -> Needs:
         return Needs(exact_sum="its server adds ciphertexts (a sum)",
                      plain_uploads="its protection is the encryption; the server's sum must be of what clients sent")
+
+    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> Server:
+        return OptimizerServer(public, ServerOptimizerConfig("sgd", 1.0))  # Enc(V) − Σ_u Enc(G_u): lr 1
 
     def describe(self) -> dict:
         return {"paillier_ms_per_value": round(1000 * self.encryption_seconds, 4),
@@ -87,8 +99,18 @@ class FedMF(FedRec):
             return torch.full((uploads.n_clients,), float(self.env.n_items * d), dtype=torch.float64)
         return torch.bincount(uploads.row_client, minlength=uploads.n_clients).double() * d
 
-    def communication(self, uploads: Uploads) -> dict[str, float]:
-        return {}  # FedMF's traffic is the ciphertexts: ``traffic``
+    # -- client side -----------------------------------------------------------------------
+    def problems(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None) -> list[LocalProblem]:
+        return self.rating.problems(users, round_index)
+
+    def client_step(self, problem: LocalProblem) -> ClientResult:
+        return self.rating.step(problem, self.private.user, self.public.item)[0]
+
+    # -- server side and accounting ----------------------------------------------------------
+    def observe_uploads(self, uploads: Uploads, senders: torch.Tensor, ctx: RoundContext) -> dict[str, float]:
+        """With ``audit=true``: what the server can guess from the item ids (PartText uploads them); FedMF's
+        traffic is the ciphertexts (``traffic``)."""
+        return {} if self.audit is None else self.audit.observe(senders, uploads)
 
     def traffic(self, rows: torch.Tensor, uploads: Uploads | None) -> Traffic:
         """The round's traffic is the ciphertexts (and ids in PartText), not the float32 rows."""

@@ -32,6 +32,7 @@ denoiser receives the noise routed to it and uploads one row per (item) it holds
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -39,18 +40,20 @@ from fedrun.backbone.base import PublicParams
 from fedrun.core import hashrng
 from fedrun.core.seeding import derive_seed, generator
 from fedrun.errors import ConfigError, check
+from fedrun.kernels.batching import LocalProblem
 from fedrun.kernels.guards import check_finite
 from fedrun.kernels.rows import sum_by_key
 from fedrun.kernels.server_opt import ServerOptimizerConfig
 from fedrun.method._channel import AnonymousChannel
-from fedrun.method.federated import ClientResult, Needs
-from fedrun.method.fedrec import FedRec, FedRecConfig, RatingProblem
+from fedrun.method._rating import RatingConfig, RatingProblem, RatingStep, communication, upload_audit
+from fedrun.method.federated import ClientResult, FederatedMethod, Needs
+from fedrun.method.rating_scale import require_rating_model
 from fedrun.method.server import OptimizerServer, Server
-from fedrun.types import Aggregate, ClientBatch, DenoiserUploads, RelayedRows, RoundContext, Uploads
+from fedrun.types import Aggregate, DenoiserUploads, RelayedRows, RoundContext, Uploads
 
 
 @dataclass
-class FedRecPPConfig(FedRecConfig):
+class FedRecPPConfig(RatingConfig):
     denoisers: str = "1"  # η: a number of clients, or a share of them written n/k (n/4, n/2)
 
 
@@ -82,6 +85,7 @@ def denoised_mean(aggregate: Aggregate) -> Aggregate:
     """Server side, Eq. 4–6, on the exact sum of the ordinary rows and the denoisers' negated sums:
     divide per item by |U_i| = (rows uploaded for i) − Σ_ũ count; items with |U_i| = 0 get no update."""
     raters = aggregate.count  # |U_i| [G]
+    assert raters is not None, "FedRec++'s server needs the exact sum's counts (Needs.exact_sum)"
     kept = raters > 0.5  # |U_i| is a whole number; 0 where only noise touched i
     return Aggregate(aggregate.items[kept], aggregate.item_delta[kept] / raters[kept].unsqueeze(1))
 
@@ -94,16 +98,20 @@ class DenoisingServer(OptimizerServer):
         return super().step(denoised_mean(aggregate), ctx)
 
 
-class FedRecPP(FedRec):
+class FedRecPP(FederatedMethod):
     Config = FedRecPPConfig
+    unread = {"sim.local_epochs": "each client takes one gradient step on its ratings per round (Alg. 2)"}
 
     def __init__(self, config: FedRecPPConfig, env):
+        require_rating_model(env, "fedrecpp")
         super().__init__(config, env)
         clients = env.clients_with_data()
         self.n_denoisers = denoiser_count(config.denoisers, clients.numel())
         order = torch.randperm(clients.numel(), generator=generator(env.sim.seed, "denoisers")).to(clients.device)
         self.role = torch.full((env.n_users,), -1, dtype=torch.int64, device=env.device)  # denoiser index or −1
         self.role[clients[order[: self.n_denoisers]]] = torch.arange(self.n_denoisers, device=env.device)
+        self.rating = RatingStep(config, env, abstains=self.role >= 0)  # FedRec's step; denoisers sample none
+        self.audit = upload_audit(config, env)
 
     @classmethod
     def needs(cls, config: FedRecPPConfig) -> Needs:
@@ -114,23 +122,23 @@ class FedRecPP(FedRec):
         return DenoisingServer(public, ServerOptimizerConfig("sgd", 1.0))
 
     def describe(self) -> dict:
-        return {**super().describe(), "n_denoisers": self.n_denoisers}
+        return {"lr_schedule": f"{self.config.lr}*{self.config.lr_decay}^round", "n_denoisers": self.n_denoisers}
 
     # -- client side -----------------------------------------------------------------------
-    def unrated_counts(self, batch: ClientBatch) -> torch.Tensor:
-        counts = super().unrated_counts(batch)
-        return torch.where(self.role[batch.users] >= 0, torch.zeros_like(counts), counts)  # denoisers sample none
+    def problems(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None) -> list[LocalProblem]:
+        return self.rating.problems(users, round_index)
 
-    def client_step(self, problem: RatingProblem) -> ClientResult:
-        uploads, new_user, loss, sampled = self.rating_step(problem)
+    def client_step(self, problem: LocalProblem) -> ClientResult:
+        result, sampled = self.rating.step(problem, self.private.user, self.public.item)
         if self.n_denoisers == 0:
-            return ClientResult(uploads, new_user, loss)
+            return result
+        uploads, new_user, loss = result.uploads, result.user, result.loss
         users = problem.batch.users
         role = self.role[users][uploads.row_client]  # [R]
         own = role >= 0  # rows of denoisers: held until they have collected the noise
         noise = sampled & ~own
-        route = hashrng.randint(derive_seed(self.env.sim.seed, "denoiser-route", problem.round), [users],
-                                self.n_denoisers)  # [B] each client's denoiser this iteration
+        seed = derive_seed(self.env.sim.seed, "denoiser-route", cast(RatingProblem, problem).round)
+        route = hashrng.randint(seed, [users], self.n_denoisers)  # [B] each client's denoiser this iteration
         ordinary = ~own
         rows = torch.bincount(uploads.row_client[ordinary], minlength=uploads.n_clients)
         relayed = torch.bincount(uploads.row_client[noise], minlength=uploads.n_clients)
@@ -174,12 +182,14 @@ class FedRecPP(FedRec):
         keys, summed, counts = sum_by_key(key, delta, count)
         return DenoiserUploads(keys // n_items, keys % n_items, summed, counts)
 
-    def ordinary(self, users: torch.Tensor) -> torch.Tensor:
-        return self.role[users] < 0  # denoisers upload only Eq. 9 sums, after collecting
-
-    # -- accounting ------------------------------------------------------------------------
-    def communication(self, uploads: Uploads) -> dict[str, float]:
-        return super().communication(uploads) if self.n_denoisers == 0 else {}  # else: the relay counts it
+    # -- server side and accounting -----------------------------------------------------------
+    def observe_uploads(self, uploads: Uploads, senders: torch.Tensor, ctx: RoundContext) -> dict[str, float]:
+        """With ``audit=true``: what the server can guess from the item ids of the ordinary clients' uploads
+        (denoisers upload only Eq. 9 sums, after collecting); the traffic, unless the relay counts it."""
+        metrics = communication(uploads) if self.n_denoisers == 0 else {}
+        if self.audit is not None:
+            metrics.update(self.audit.observe(senders, uploads, audited=self.role[senders] < 0))
+        return metrics
 
     def relay_communication(self, rows: RelayedRows, relayed: DenoiserUploads,
                             ordinary: torch.Tensor) -> dict[str, float]:

@@ -49,15 +49,16 @@ from fedrun.kernels.local import LocalResult
 from fedrun.kernels.sampling import ClientSampler
 from fedrun.kernels.server_opt import ServerOptimizerConfig
 from fedrun.method._clusters import ClusterModels
-from fedrun.method.federated import Exchange, Needs
-from fedrun.method.fedgnn import FedGNN, FedGNNConfig
+from fedrun.method._pseudo import PairPerturbationConfig, perturb_round
+from fedrun.method._training import LocalTrainingConfig
+from fedrun.method.federated import Exchange, FederatedMethod, Needs
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.privacy.base import Privacy
-from fedrun.types import Aggregate, RoundContext, Uploads
+from fedrun.types import Aggregate, ClientBatch, RoundContext, Uploads
 
 
 @dataclass
-class PerFedRecConfig(FedGNNConfig):
+class PerFedRecConfig(PairPerturbationConfig, LocalTrainingConfig):
     clusters: int = 5  # C, k-means clusters (the authors' code: 5)
     clustering: str = "kmeans"  # kmeans | random (Table 5's "w/o clustering": users put in random clusters)
     alpha: list[float] = field(default_factory=lambda: [1.0, 1.0, 1.0])  # local, cluster, global (normalised)
@@ -104,8 +105,9 @@ class ClusterServer(OptimizerServer):
         return metrics
 
 
-class PerFedRec(FedGNN):
+class PerFedRec(FederatedMethod):
     Config = PerFedRecConfig
+    graph_backbones = True  # LightGCN over each client's ego graph (fedrun.kernels.ego)
 
     def __init__(self, config: PerFedRecConfig, env):
         super().__init__(config, env)
@@ -131,6 +133,9 @@ class PerFedRec(FedGNN):
         return Needs(no_attack=why, user_contexts=frozenset({"graph"}))
 
     # -- the round ---------------------------------------------------------------------------------
+    def prepare_batch(self, batch: ClientBatch, round_index: int) -> ClientBatch:
+        return perturb_round(batch, self.config, self.env.n_items, self.env.sim.seed, round_index)
+
     def round_users(self, sampler: ClientSampler, round_index: int) -> torch.Tensor:
         if self.config.selection == "cluster" and self.clusters.ready:
             return self.clusters.select(sampler.clients, sampler.per_round, round_index)
