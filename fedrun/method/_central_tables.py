@@ -2,7 +2,7 @@
 ``fedrun.method.context`` (a central method has no clients, so no exchange or ego graphs):
 
   - ``RowTables`` (``ids`` and ``sequence``): the parameters as they are (a sequence's queries are the backbone's
-    own encoding of each history, ``Central.train_sequences``);
+    own encoding of each history, ``CentralMethod.train_sequences``);
   - ``GraphTables`` (``graph``): LightGCN's propagation of the whole training graph, for every mini-batch and for
     ranking (once per model state), with SGL / SimGCL / XSimGCL's views and contrastive term when
     ``method.contrast`` asks for them.

@@ -56,7 +56,7 @@ def info_nce(view1: torch.Tensor, view2: torch.Tensor, tau: float) -> torch.Tens
 
 
 class GraphContrast:
-    """The views and the contrastive term of one centralized run (``Central`` calls it per batch)."""
+    """The views and the contrastive term of one centralized run (``CentralMethod`` calls it per batch)."""
 
     def __init__(self, config: ContrastConfig, graph: BipartiteGraph, layers: int, seed: int):
         check(config.kind == "none" or layers >= 1, "backbone.layers", layers,

@@ -24,7 +24,7 @@ import torch
 from fedrun.backbone.mf import MF
 from fedrun.data.client_store import ClientStore
 from fedrun.errors import ConfigError, check_choice
-from fedrun.method.central import Central, CentralConfig
+from fedrun.method.centralized import CentralConfig, CentralMethod
 
 
 @dataclass
@@ -42,7 +42,7 @@ def quantize(factors: torch.Tensor, cut: str = "median") -> torch.Tensor:
     return torch.where(factors >= threshold.to(factors), 1.0, -1.0)
 
 
-class MedianQuantized(Central):
+class MedianQuantized(CentralMethod):
     Config = MedianQuantizedConfig
     graph_backbones = False
 

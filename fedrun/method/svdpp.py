@@ -22,11 +22,11 @@ from fedrun.backbone.mf import MF
 from fedrun.core.seeding import generator
 from fedrun.data.client_store import ClientStore
 from fedrun.errors import ConfigError
-from fedrun.method.central import Central, CentralConfig
+from fedrun.method.centralized import CentralConfig, CentralMethod
 from fedrun.method.rating_scale import require_rating_model
 
 
-class SVDpp(Central):
+class SVDpp(CentralMethod):
     Config = CentralConfig
     graph_backbones = False
 
