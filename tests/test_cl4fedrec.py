@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from fedrun.errors import ConfigError
 from fedrun.kernels.local import ClientOptimizer
-from fedrun.method.cl4fedrec import (
+from fedrun.method._contrastive import (
     draw_synthetic_items,
     info_nce,
     item_contrastive,

@@ -30,7 +30,7 @@ Open points and choices (each a config field, logged):
     clients train drew together while the rest spread (GRU4Rec on ML-1M: test HR@10 .041 after
     20 epochs, popularity's level).
   - Everything else (sampling, server Adam, one local step) is FedCL's training
-    (``method=fedcl``), so the rows differ only in the loss.
+    (``fedrun.method._retrieval``, as ``method=fedcl`` runs it), so the rows differ only in the loss.
 """
 
 from __future__ import annotations
@@ -48,13 +48,13 @@ from fedrun.errors import ConfigError, check_choice, check_positive
 from fedrun.kernels.batching import LocalProblem
 from fedrun.kernels.local import slot_rows
 from fedrun.kernels.server_opt import ServerOptimizerConfig
-from fedrun.method.fedcl import FedCL, FedCLConfig
+from fedrun.method._retrieval import RetrievalConfig, RetrievalMethod
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.types import Aggregate, RoundContext
 
 
 @dataclass
-class BILConfig(FedCLConfig):
+class BILConfig(RetrievalConfig):
     local_negatives: int = 0  # positives only
     semi_hard: int = 0
     similarity: str = "auto"  # auto (cosine for inner-product backbones) | cosine | score
@@ -111,7 +111,7 @@ class SpreadOutServer(OptimizerServer):
         return {}
 
 
-class BIL(FedCL):
+class BIL(RetrievalMethod):
     Config = BILConfig
     needs_negatives = False
     unpadded_fast_path = False  # the unpadded pass computes Eq. 1: BIL takes the bucketed one

@@ -2,16 +2,7 @@
 backbone trained on all training data in one place — the "centralized" row of every paper table, and the
 floor the federated runs are measured against. Options subclass ``CentralMethod`` (as federated ones subclass
 ``FederatedMethod``) and fill its two score hooks (``user_rows``, ``offsets``) or their own ranking.
-
-One round = one epoch: every training (user, item) pair once, shuffled, in mini-batches of
-``batch_size`` with ``num_negatives`` negatives per positive resampled each epoch; the loss
-is the batch mean; one optimizer over all parameters (dense Adam/SGD, as in the usual
-PyTorch implementations with non-sparse embeddings).
-
-Sequential backbones (GRU4Rec, BERT4Rec) train on each user's last ``max_len`` items, in
-mini-batches of ``sequence_batch`` users, every target position a prediction (S3-Rec /
-BERT4Rec style): ``loss=ce`` is the softmax over the whole catalogue, ``bce`` / ``bpr`` use
-``num_negatives`` sampled negatives per target.
+How an epoch runs is written down in ``method=central``'s module (``fedrun info method=central``).
 """
 
 from __future__ import annotations

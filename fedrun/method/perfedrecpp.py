@@ -39,9 +39,9 @@ from fedrun.core.seeding import derive_seed, generator
 from fedrun.errors import check, check_positive
 from fedrun.kernels.ego import EgoGraphs, GraphProblem
 from fedrun.kernels.local import ClientOptimizer, problem_loss
-from fedrun.method.cl4fedrec import info_nce
+from fedrun.method._contrastive import info_nce
+from fedrun.method._personalized import PersonalizedConfig, PersonalizedMethod
 from fedrun.method.federated import Exchange
-from fedrun.method.perfedrec import PerFedRec, PerFedRecConfig
 from fedrun.privacy.base import Privacy
 
 NOISE_BITS = 24
@@ -53,7 +53,7 @@ class PretrainOptimizer(ClientOptimizer):
 
 
 @dataclass
-class PerFedRecPPConfig(PerFedRecConfig):
+class PerFedRecPPConfig(PersonalizedConfig):
     pretrain_rounds: int = 10  # the paper's pre-training epochs (Fig. 6: 1, 3, 5, 10; one round each in the code)
     pretrain_optimizer: PretrainOptimizer = field(default_factory=lambda: PretrainOptimizer("adam", 0.05))  # the code's
     tau: float = 0.2  # InfoNCE temperature (the code)
@@ -69,7 +69,7 @@ class PerFedRecPPConfig(PerFedRecConfig):
         check_positive("view_noise", self.view_noise, allow_zero=True)
 
 
-class PerFedRecPP(PerFedRec):
+class PerFedRecPP(PersonalizedMethod):
     Config = PerFedRecPPConfig
 
     def pretraining(self, round_index: int) -> bool:

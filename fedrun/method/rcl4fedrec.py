@@ -26,12 +26,12 @@ import torch.nn.functional as F
 from fedrun.backbone.base import Backbone, PublicParams
 from fedrun.core.seeding import generator
 from fedrun.errors import check, check_positive
-from fedrun.method.cl4fedrec import CL4FedRec, CL4FedRecConfig, ContrastiveServer
+from fedrun.method._contrastive import ContrastiveConfig, ContrastiveMethod, ContrastiveServer
 from fedrun.types import RoundContext
 
 
 @dataclass
-class RCL4FedRecConfig(CL4FedRecConfig):
+class RCL4FedRecConfig(ContrastiveConfig):
     regularizer: bool = True  # false: Table 4's "− regularizer" (= CL4FedRec)
     hot_items: int = 100  # "the top 100 items that have the most number of interactions"
     reg_sample: int = 0  # |V_sp| normal items per epoch (0: all of them)
@@ -90,7 +90,7 @@ class CalibratingServer(ContrastiveServer):
         return {"regularizer_loss_before": losses[0], "regularizer_loss_after": after}
 
 
-class RCL4FedRec(CL4FedRec):
+class RCL4FedRec(ContrastiveMethod):
     Config = RCL4FedRecConfig
     server_program = CalibratingServer
 

@@ -6,21 +6,21 @@ SimGCL's views add uniform noise to the embeddings: v' = v + ε', v'' = v + ε''
 A client holds one user, so a user-side InfoNCE has no negative users without sharing embeddings
 (which the baseline list rules out, §5.3): the federated SimGCL contrasts item views only — the
 client step of CL4FedRec with ``user_cl=none`` and ``item_cl=noise`` (which is also Table 5's
-"SimGCL-based item views" inside rCL4FedRec). Everything else is CL4FedRec's (``CL4FedRec``).
+"SimGCL-based item views" inside rCL4FedRec). Everything else is the family's (``fedrun.method._contrastive``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedrun.method.cl4fedrec import CL4FedRec, CL4FedRecConfig
+from fedrun.method._contrastive import ContrastiveConfig, ContrastiveMethod
 
 
 @dataclass
-class SimGCLConfig(CL4FedRecConfig):
+class SimGCLConfig(ContrastiveConfig):
     user_cl: str = "none"
     item_cl: str = "noise"
 
 
-class SimGCL(CL4FedRec):
+class SimGCL(ContrastiveMethod):
     Config = SimGCLConfig

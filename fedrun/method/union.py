@@ -8,7 +8,7 @@ fedrun's reading (open in the text): for each interacted item k of the client,
     L_k = −log P_k / (P_k + Σ_{n ∈ N_k} e^{cos(v_k, v_n)/τ}),   P_k = Σ_{j ∈ D_i∖k} e^{cos(v_k, v_j)/τ},
 N_k the non-interacted items sampled for k this round (its ``num_negatives`` negatives, as L_rec draws
 them); summed (or averaged, ``loss_reduction``) over k and weighted λ2; no user contrastive term.
-Everything else is CL4FedRec's client step (``CL4FedRec``).
+Everything else is the contrastive family's client step (``fedrun.method._contrastive``).
 Measured: contrasting each k with all of the client's negatives instead (5|D_i| of them) made a round
 on ML-1M about 7× slower than CL4FedRec's; the per-positive negatives cost as much as Eq. 10.
 """
@@ -23,11 +23,11 @@ import torch.nn.functional as F
 
 from fedrun.errors import check
 from fedrun.kernels.local import slot_rows
-from fedrun.method.cl4fedrec import CL4FedRec, CL4FedRecConfig, ContrastiveProblem, reduce_items
+from fedrun.method._contrastive import ContrastiveConfig, ContrastiveMethod, ContrastiveProblem, reduce_items
 
 
 @dataclass
-class UnionConfig(CL4FedRecConfig):
+class UnionConfig(ContrastiveConfig):
     user_cl: str = "none"
     item_cl: str = "union"
     item_views: ClassVar[tuple[str, ...]] = ("union", "none")
@@ -54,7 +54,7 @@ def union_contrastive(anchors: torch.Tensor, mask: torch.Tensor, negatives: torc
     return reduce_items(torch.where(valid, per_item, torch.zeros_like(per_item)), valid, reduction)
 
 
-class Union(CL4FedRec):
+class Union(ContrastiveMethod):
     Config = UnionConfig
 
     def item_loss(self, problem: ContrastiveProblem, item_table: torch.Tensor) -> torch.Tensor:

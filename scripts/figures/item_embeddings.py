@@ -21,7 +21,7 @@ import torch
 
 from fedrun.app.compose import compose
 from fedrun.app.plan import plan
-from fedrun.method.cl4fedrec import uniformity_penalty
+from fedrun.method._contrastive import uniformity_penalty
 from fedrun.sim import checkpoint
 
 

@@ -8,7 +8,7 @@ client used them, of the positives' rows and of one local negative's row.
   python scripts/investigations/loss_parts.py --epochs 5 +experiment=fedcl/table2 dataset=beauty backbone=fedcl/ncf \
       row=fedcl/fed sim.seed=1 [--out PATH.csv]
 
-The parts are read by wrapping ``mixup_loss`` and ``example_sq_norms`` where ``fedrun.method.fedcl`` calls
+The parts are read by wrapping ``mixup_loss`` and ``example_sq_norms`` where ``fedrun.method._retrieval`` calls
 them: the run and its numbers are the same as without the wrapping (the first epoch's loss equals the run's).
 """
 
@@ -22,9 +22,10 @@ from pathlib import Path
 
 import torch
 
-import fedrun.method.fedcl as fedcl
+import fedrun.method._retrieval as fedcl  # FedCL's training, where Eq. 1 is called
 from fedrun.app.compose import compose
 from fedrun.app.plan import build_run
+from fedrun.method.fedcl import FedCL
 
 
 @contextlib.contextmanager
@@ -60,7 +61,7 @@ def loss_parts(overrides: list[str], epochs: int) -> list[dict[str, float]]:
     """Per epoch: the logged loss (each round's mean over its clients' means), then the parts, each a mean
     over the epoch's rounds of its mean over the examples scored (equal when each round is one client)."""
     built = build_run(compose([*overrides, "track=none"]))
-    if not isinstance(built.method, fedcl.FedCL):
+    if not isinstance(built.method, FedCL):
         raise SystemExit(f"the overrides select {type(built.method).__name__}; this splits FedCL's loss")
     if built.plan.sim.threads:
         torch.set_num_threads(built.plan.sim.threads)

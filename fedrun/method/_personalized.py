@@ -1,0 +1,202 @@
+"""Personalized federated recommendation with user clusters (PerFedRec, Luo et al., CIKM 2022, as PerFedRec++
+states it: Luo et al., TIST 2024, §4.2–4.3), on LightGCN over the clients' ego graphs — a module its options
+compose: PerFedRec (``method=perfedrec``, Algorithm 1 without the pre-training stage) and PerFedRec++
+(``method=perfedrecpp``, with it). Each subclasses ``PersonalizedMethod``; neither subclasses the other.
+The equations and the choices where the paper is open are written down in the options' modules,
+where ``fedrun info method=<option>`` shows them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from fedrun.backbone.base import PublicParams
+from fedrun.defense.base import Defense
+from fedrun.errors import check, check_choice, check_positive
+from fedrun.kernels.batching import LocalProblem
+from fedrun.kernels.local import LocalResult
+from fedrun.kernels.sampling import ClientSampler
+from fedrun.kernels.server_opt import ServerOptimizerConfig
+from fedrun.method._clusters import ClusterModels
+from fedrun.method._pseudo import PairPerturbationConfig, perturb_round
+from fedrun.method._training import LocalTrainingConfig
+from fedrun.method.federated import Exchange, FederatedMethod, Needs
+from fedrun.method.server import OptimizerServer, Server
+from fedrun.privacy.base import Privacy
+from fedrun.types import Aggregate, ClientBatch, RoundContext, Uploads
+
+
+@dataclass
+class PersonalizedConfig(PairPerturbationConfig, LocalTrainingConfig):
+    """The family's settings: FedAvg's local training, the pseudo items, the clusters and the mixture."""
+
+    clusters: int = 5  # C, k-means clusters (the authors' code: 5)
+    clustering: str = "kmeans"  # kmeans | random (Table 5's "w/o clustering": users put in random clusters)
+    alpha: list[float] = field(default_factory=lambda: [1.0, 1.0, 1.0])  # local, cluster, global (normalised)
+    selection: str = "cluster"  # cluster: clients in proportion to cluster sizes | uniform
+    train_from: str = "global"  # global: the downloaded global model (Algorithm 1) | cluster: its cluster's (CIKM)
+    cluster_from: int = 1  # first round with clusters (the code: after the first)
+    recluster_every: int = 1  # rounds between k-means refits (the paper: every iteration)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.clusters >= 1, "clusters", self.clusters, "an integer >= 1")
+        check(len(self.alpha) == 3 and all(a >= 0 for a in self.alpha) and sum(self.alpha) > 0, "alpha",
+              list(self.alpha), "three weights >= 0 (local, cluster, global), not all 0")
+        check_choice("selection", self.selection, ("cluster", "uniform"))
+        check_choice("clustering", self.clustering, ("kmeans", "random"))
+        check_choice("train_from", self.train_from, ("global", "cluster"))
+        check(self.cluster_from >= 0, "cluster_from", self.cluster_from, "an integer >= 0")
+        check_positive("recluster_every", self.recluster_every)
+
+
+class ClusterServer(OptimizerServer):
+    """PerFedRec's server program: the global model and the cluster models (Eq. 11). Each round the
+    global model takes the aggregate of every upload and, once users are clustered, cluster k's table
+    takes the aggregate of its members' (both through the run's defense; the cluster tables with lr 1)."""
+
+    def __init__(self, public: PublicParams, config: ServerOptimizerConfig, clusters: ClusterModels):
+        super().__init__(public, config)
+        self.clusters = clusters
+        self.pending: list[Aggregate | None] | None = None  # the clusters' aggregates, applied by ``step``
+
+    def aggregate(self, uploads: Uploads, senders: torch.Tensor, defense: Defense,
+                  ctx: RoundContext) -> Aggregate | None:
+        """The global aggregate of every upload, and each cluster's of its members' (applied in ``step``)."""
+        if not self.clusters.ready:
+            return None
+        self.pending = self.clusters.aggregate(uploads, senders, lambda part: defense.aggregate(part, ctx))
+        return defense.aggregate(uploads, ctx)
+
+    def step(self, aggregate: Aggregate, ctx: RoundContext) -> dict[str, float]:
+        metrics = super().step(aggregate, ctx)
+        if self.pending is not None:
+            self.clusters.step(self.pending, lr=1.0)
+            self.pending = None
+        return metrics
+
+
+class PersonalizedMethod(FederatedMethod):
+    """The family's protocol: cluster-proportional selection, the server's clusters and cluster models, the
+    clients' local representation, Eq. 6's mixture at prediction."""
+
+    graph_backbones = True  # LightGCN over each client's ego graph (fedrun.kernels.ego)
+
+    def __init__(self, config: PersonalizedConfig, env):
+        super().__init__(config, env)
+        n_clients = int(self.round_clients().numel())
+        check(config.clusters <= n_clients, "method.clusters", config.clusters,
+              f"at most the {n_clients} clients with training data")
+        self.local_user = torch.zeros_like(self.private.user)  # client side: the local model's representation
+        self.has_local = torch.zeros(env.n_users, dtype=torch.bool, device=env.device)
+
+    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> Server:
+        clusters = ClusterModels(self.config.clusters, self.env.sim.seed, self.config.clustering)
+        return ClusterServer(public, self.config.server_optimizer, clusters)
+
+    @property
+    def clusters(self) -> ClusterModels:
+        """The server's user clusters and cluster models: what the round's clients download (their
+        cluster's table) and how the server selects them."""
+        return self.server.clusters
+
+    @classmethod
+    def needs(cls, config: PersonalizedConfig) -> Needs:
+        why = "its cluster models take the aggregate of each cluster's members, which fabricated clients are not"
+        return Needs(no_attack=why, user_contexts=frozenset({"graph"}))
+
+    # -- the round ---------------------------------------------------------------------------------
+    def prepare_batch(self, batch: ClientBatch, round_index: int) -> ClientBatch:
+        return perturb_round(batch, self.config, self.env.n_items, self.env.sim.seed, round_index)
+
+    def round_users(self, sampler: ClientSampler, round_index: int) -> torch.Tensor:
+        if self.config.selection == "cluster" and self.clusters.ready:
+            return self.clusters.select(sampler.clients, sampler.per_round, round_index)
+        return sampler.users(round_index)
+
+    def exchange(self, users: torch.Tensor, round_index: int, privacy: Privacy) -> Exchange:
+        exchange = super().exchange(users, round_index, privacy)
+        start, every = self.first_cluster_round(), self.config.recluster_every
+        if round_index >= start and (round_index - start) % every == 0:
+            self.clusters.fit(self.context.ego.directory.shared, self.round_clients(), self.public.item, round_index)
+        if not self.clusters.ready:
+            return exchange
+        sizes = self.clusters.sizes(self.round_clients()).float()
+        metrics = {"cluster_size_min": float(sizes.min()), "cluster_size_max": float(sizes.max())}
+        return Exchange(exchange.sent, exchange.bytes_up, exchange.bytes_down, {**exchange.metrics, **metrics})
+
+    def first_cluster_round(self) -> int:
+        return self.config.cluster_from
+
+    def download_rows(self, problem: LocalProblem) -> torch.Tensor:
+        if self.config.train_from == "global" or not self.clusters.ready:
+            return super().download_rows(problem)
+        cluster = self.clusters.labels[problem.batch.users]  # [B]
+        return self.clusters.tables[cluster.unsqueeze(1), problem.items]  # [B, Lu, di]
+
+    @torch.no_grad()
+    def keep_local(self, problem: LocalProblem, item0: torch.Tensor, result: LocalResult) -> None:
+        users = problem.batch.users
+        self.local_user[users] = problem.encode(result.user, item0 + result.item_delta)[0]
+        self.has_local[users] = True
+
+    # -- prediction (Eq. 6) ------------------------------------------------------------------------
+    def prepare_ranking(self) -> None:
+        super().prepare_ranking()  # the global model's tables
+        layers = self.env.backbone.config.layers
+        self._cluster_tables = [] if not self.clusters.ready else [
+            self.context.graph.propagate(self.private.user, table, layers) for table in self.clusters.tables]
+
+    def mixture(self, users: torch.Tensor) -> torch.Tensor:
+        """[U, 3] the normalised α of (local, cluster, global) each user has."""
+        alpha = torch.tensor(self.config.alpha, dtype=torch.float32, device=users.device)
+        have = torch.stack([self.has_local[users], torch.full_like(users, self.clusters.ready, dtype=torch.bool),
+                            torch.ones_like(users, dtype=torch.bool)], 1)
+        weights = alpha * have
+        return weights / weights.sum(1, keepdim=True)
+
+    @torch.no_grad()
+    def score_users(self, users: torch.Tensor, history=()) -> torch.Tensor:
+        return self._score(users, None)
+
+    @torch.no_grad()
+    def score_pairs(self, users: torch.Tensor, items: torch.Tensor, history=()) -> torch.Tensor:
+        return self._score(users, items)
+
+    def _score(self, users: torch.Tensor, items: torch.Tensor | None) -> torch.Tensor:
+        """Scores [U, I] (or [U] for the pairs ``items``) of Eq. 6's mixture."""
+        self.ensure_prepared()
+        w = self.mixture(users)  # [U, 3]
+        user_g, item_g = self.context.tables
+
+        def score(user_rows: torch.Tensor, item_table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+            if items is None:
+                return user_rows @ item_table.T
+            return (user_rows * item_table[items[rows]]).sum(1)
+
+        everyone = torch.arange(users.numel(), device=users.device)
+        out = score(w[:, 2:3] * user_g[users], item_g, everyone)  # (weights fold into the queries: linear)
+        local = w[:, 0:1] * self.local_user[users]
+        if not self.clusters.ready:  # the local representation against the global model's items
+            return out + score(local, item_g, everyone)
+        cluster = self.clusters.labels[users]
+        for k, (user_k, item_k) in enumerate(self._cluster_tables):
+            rows = (cluster == k).nonzero().squeeze(1)
+            if rows.numel():
+                query = w[rows, 1:2] * user_k[users[rows]] + local[rows]  # [n, d]
+                out[rows] += score(query, item_k, rows)
+        return out
+
+    # -- state -----------------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "clusters": self.clusters.state_dict(), "local_user": self.local_user,
+                "has_local": self.has_local}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.clusters.load_state_dict(state["clusters"])
+        with torch.no_grad():
+            self.local_user.copy_(state["local_user"])
+            self.has_local.copy_(state["has_local"])
