@@ -141,3 +141,28 @@ def test_the_check_sees_an_upward_import(tmp_path):
 def test_the_check_sees_a_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
     assert cycles(graph) == [["a", "b", "c"]]
+
+
+def option_classes() -> dict[str, type]:
+    """Every ``method=`` option's class, read from conf/method/."""
+    import importlib
+
+    import yaml
+
+    from fedrun.core.paths import config_dir
+
+    classes = {}
+    for path in sorted((Path(config_dir()) / "method").glob("*.yaml")):
+        module, _, name = yaml.safe_load(path.read_text())["_target_"].rpartition(".")
+        classes[path.stem] = getattr(importlib.import_module(module), name)
+    return classes
+
+
+def test_no_method_option_subclasses_another():
+    """Options compose shared machinery (``fedrun/method/_*.py``) or subclass a method or family base, never
+    another option: a change to one paper's module cannot reach another paper's numbers unnamed."""
+    classes = option_classes()
+    options = set(classes.values())
+    ancestors = {name: [base.__name__ for base in cls.__mro__[1:] if base in options] for name, cls in classes.items()}
+    assert {name: found for name, found in ancestors.items() if found} == {}
+    assert len(classes) >= 21
