@@ -30,6 +30,9 @@ from fedrun.method.federated import ClientResult
 from fedrun.privacy.audit import MembershipAudit
 from fedrun.types import ClientBatch, Uploads
 
+# the settings a rating method never reads (``Method.unread``)
+UNREAD = {"sim.local_epochs": "each client takes one gradient step on its ratings per round (Alg. 2)"}
+
 
 @dataclass
 class RatingConfig:

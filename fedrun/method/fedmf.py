@@ -36,7 +36,7 @@ from fedrun.errors import check, check_choice
 from fedrun.kernels.batching import LocalProblem
 from fedrun.kernels.rows import LOCAL, RowReducer
 from fedrun.kernels.server_opt import ServerOptimizerConfig
-from fedrun.method._rating import RatingConfig, RatingStep, upload_audit
+from fedrun.method._rating import UNREAD, RatingConfig, RatingStep, upload_audit
 from fedrun.method.federated import ClientResult, FederatedMethod, Needs, Traffic
 from fedrun.method.rating_scale import require_rating_model
 from fedrun.method.server import OptimizerServer, Server
@@ -63,7 +63,7 @@ class FedMFConfig(RatingConfig):
 
 class FedMF(FederatedMethod):
     Config = FedMFConfig
-    unread = {"sim.local_epochs": "each client takes one gradient step on its ratings per round (Alg. 2)"}
+    unread = UNREAD
 
     def __init__(self, config: FedMFConfig, env):
         require_rating_model(env, "fedmf")

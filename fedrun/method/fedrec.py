@@ -28,7 +28,7 @@ import torch
 from fedrun.backbone.base import PublicParams
 from fedrun.kernels.batching import LocalProblem
 from fedrun.kernels.server_opt import ServerOptimizerConfig
-from fedrun.method._rating import RatingConfig, RatingStep, communication, upload_audit
+from fedrun.method._rating import UNREAD, RatingConfig, RatingStep, communication, upload_audit
 from fedrun.method.federated import ClientResult, FederatedMethod
 from fedrun.method.rating_scale import require_rating_model
 from fedrun.method.server import OptimizerServer, Server
@@ -42,7 +42,7 @@ class FedRecConfig(RatingConfig):
 
 class FedRec(FederatedMethod):
     Config = FedRecConfig
-    unread = {"sim.local_epochs": "each client takes one gradient step on its ratings per round (Alg. 2)"}
+    unread = UNREAD
 
     def __init__(self, config: FedRecConfig, env):
         require_rating_model(env, "fedrec")

@@ -45,7 +45,7 @@ from fedrun.kernels.guards import check_finite
 from fedrun.kernels.rows import sum_by_key
 from fedrun.kernels.server_opt import ServerOptimizerConfig
 from fedrun.method._channel import AnonymousChannel
-from fedrun.method._rating import RatingConfig, RatingProblem, RatingStep, communication, upload_audit
+from fedrun.method._rating import UNREAD, RatingConfig, RatingProblem, RatingStep, communication, upload_audit
 from fedrun.method.federated import ClientResult, FederatedMethod, Needs
 from fedrun.method.rating_scale import require_rating_model
 from fedrun.method.server import OptimizerServer, Server
@@ -100,7 +100,7 @@ class DenoisingServer(OptimizerServer):
 
 class FedRecPP(FederatedMethod):
     Config = FedRecPPConfig
-    unread = {"sim.local_epochs": "each client takes one gradient step on its ratings per round (Alg. 2)"}
+    unread = UNREAD
 
     def __init__(self, config: FedRecPPConfig, env):
         require_rating_model(env, "fedrecpp")
