@@ -281,14 +281,15 @@ def test_fake_clients_are_ordinary_clients_on_fabricated_data(attack):
     n_users = method.env.n_users
     for r in range(2):
         users = rounds.sampler.users(r)
-        benign = clients_of(method.problems(users, r))
+        benign = clients_of(method.client.problems(users, r))
         pos = fake.items
         batch = ClientBatch(n_users + torch.arange(fake.n_clients, device=pos.device), pos,
                             torch.ones_like(pos, dtype=torch.bool), None)
-        negatives = sample_batch_negatives(batch.users, pos, batch.pos_mask, method.num_negatives, method.env.n_items,
-                                           method.negative_seed(r))
+        negatives = sample_batch_negatives(batch.users, pos, batch.pos_mask, method.client.num_negatives,
+                                           method.env.n_items,
+                                           method.client.negative_seed(r))
         fakes = [(n_users + m, pos[m], negatives[m], None) for m in range(fake.n_clients)]
-        table = torch.cat([method.private.user, fake.user]).clone()
+        table = torch.cat([method.client.private.user, fake.user]).clone()
         public = method.public.clone()
         fedavg_round(method.env.backbone, table, public, benign + fakes, method.config.optimizer, 1,
                      reduction=method.config.loss_reduction)

@@ -115,12 +115,12 @@ def test_attacker_crafts_from_the_public_view_and_joins_before_the_defense():
 
     def watched_craft(view, ctx):  # the attacker cannot reach client data: it is poisoned while it works
         views.append(view)
-        saved = (env.train, method.private)
-        env.train, method.private = Poison("ClientStore"), Poison("PrivateParams")
+        saved = (env.train, method.client.private)
+        env.train, method.client.private = Poison("ClientStore"), Poison("PrivateParams")
         try:
             return craft(view, ctx)
         finally:
-            env.train, method.private = saved
+            env.train, method.client.private = saved
 
     def watched_aggregate(uploads, ctx=None):
         seen["uploads"], seen["ctx"] = uploads, ctx

@@ -131,10 +131,10 @@ def test_optimizer_first_step_is_a_fresh_optimizers_step():
 
 def test_item_views_are_one_loss_step_under_each_user_view_per_client():
     method, env = make_method(CL)
-    problem = method.problems(round_of(method).sampler.users(0), 0, method.server.synthetic)[0]
-    user = method.private.user[problem.batch.users]
-    got = method.item_views(problem, user)
-    noise = uniform_views(user, problem.batch.users, method.view_seed(0), method.config.eta)
+    problem = method.client.problems(round_of(method).sampler.users(0), 0, method.server.synthetic)[0]
+    user = method.client.private.user[problem.batch.users]
+    got = method.client.item_views(problem, user)
+    noise = uniform_views(user, problem.batch.users, method.client.view_seed(0), method.config.eta)
     for b in range(problem.batch.size):
         for view in (0, 1):
             rows = method.public.item[problem.items[b]].clone().requires_grad_(True)
@@ -158,13 +158,13 @@ def test_the_vectorized_client_step_equals_one_client_at_a_time(extra):
     method, env = make_method(CL + extra)
     users = round_of(method).sampler.users(0)
     together = {}
-    for problem in method.problems(users, 0, method.server.synthetic):
-        result = method.client_step(problem)
+    for problem in method.client.problems(users, 0, method.server.synthetic):
+        result = method.client.step(problem)
         for b, user in enumerate(problem.batch.users.tolist()):
             together[user] = (result.user[b], result.loss[b], {k: v[b] for k, v in result.uploads.dense.items()})
     for user in users[:5].tolist():
-        (problem,) = method.problems(torch.tensor([user]), 0, method.server.synthetic)
-        alone = method.client_step(problem)
+        (problem,) = method.client.problems(torch.tensor([user]), 0, method.server.synthetic)
+        alone = method.client.step(problem)
         assert torch.allclose(alone.user[0], together[user][0], atol=1e-6)
         assert alone.loss[0].item() == pytest.approx(together[user][1].item(), rel=1e-5)
         for name, delta in alone.uploads.dense.items():
@@ -180,7 +180,7 @@ def test_without_contrastive_terms_cl4fedrec_is_fedavg():
         round_of(cl).train_round(r)
         round_of(plain).train_round(r)
     assert torch.allclose(cl.public.item, plain.public.item, atol=1e-6)
-    assert torch.allclose(cl.private.user, plain.private.user, atol=1e-6)
+    assert torch.allclose(cl.client.private.user, plain.client.private.user, atol=1e-6)
 
 
 def test_contrastive_terms_change_the_training():
@@ -266,18 +266,18 @@ def test_an_epoch_end_runs_the_regularizer_and_refits_the_synthetic_users():
 
 def test_server_side_work_reads_public_parameters_only():
     method, env = make_method(["method=rcl4fedrec", "method.hot_items=10"] + CL[1:])
-    saved = (env.train, method.private)
-    env.train, method.private = Poison("ClientStore"), Poison("PrivateParams")
+    saved = (env.train, method.client.private)
+    env.train, method.client.private = Poison("ClientStore"), Poison("PrivateParams")
     try:
         method.server.calibrate(0)
         method.server.fit_synthetic_users()
         exchange = method.exchange(torch.arange(4), 0, None)
     finally:
-        env.train, method.private = saved
-    private_storage = method.private.user.untyped_storage().data_ptr()
+        env.train, method.client.private = saved
+    private_storage = method.client.private.user.untyped_storage().data_ptr()
     assert exchange.sent.untyped_storage().data_ptr() != private_storage
-    assert exchange.bytes_down == 6 * method.private.user.shape[1] * 4
-    assert not any(obj is env.train or obj is method.private for obj in reachable(method.server))
+    assert exchange.bytes_down == 6 * method.client.private.user.shape[1] * 4
+    assert not any(obj is env.train or obj is method.client.private for obj in reachable(method.server))
 
 
 def test_checkpoint_state_restores_the_synthetic_users():

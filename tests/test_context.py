@@ -33,7 +33,7 @@ def test_every_backbone_option_chooses_a_context(option):
 ], ids=["ids", "sequence", "graph"])
 def test_pair_scores_are_the_catalogue_scores_the_context_gives(overrides, context):
     method, env = make_method(overrides)
-    assert type(method.context) is context
+    assert type(method.client.context) is context
     round_of(method).train_round(0)
     users = torch.tensor([0, 3, 3, 7])
     items = torch.tensor([1, 2, 5, 9])
@@ -46,14 +46,14 @@ def test_pair_scores_are_the_catalogue_scores_the_context_gives(overrides, conte
 def test_a_graph_ranks_only_after_it_was_prepared():
     method, _ = make_method(["method=fedgnn", "backbone=lightgcn", "privacy=none"])
     with pytest.raises(RuntimeError, match="prepare"):
-        method.context.queries(method.private.user, torch.tensor([0]), (), method.public)
+        method.client.context.queries(method.client.private.user, torch.tensor([0]), (), method.public)
     method.ensure_prepared()
-    assert method.context.queries(method.private.user, torch.tensor([0]), (), method.public).shape[0] == 1
+    assert method.client.context.queries(method.client.private.user, torch.tensor([0]), (), method.public).shape[0] == 1
 
 
 def test_a_sequence_trains_on_its_last_items_and_reads_the_whole_history():
     method, env = make_method(["method=fedcl", "backbone=gru4rec", "privacy=none", "backbone.max_len=3"])
-    context = method.context
+    context = method.client.context
     assert context.history_limit == 3 and context.per_position and not context.per_example
     users = env.clients_with_data()[:4]
     truncated = env.train.client_batch(users, 3)

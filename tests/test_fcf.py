@@ -45,7 +45,7 @@ def test_round_equals_the_sum_of_dense_per_client_uploads():
     fast = method.fast_round(users, 0, None, round_of(method).defense)
     assert torch.equal(fast.aggregate.items, torch.arange(env.n_items))
     torch.testing.assert_close(fast.aggregate.item_delta.double(), expected_sum, rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(method.private.user[users].double(), expected_user, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(method.client.private.user[users].double(), expected_user, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(fast.losses.sort().values.double(), expected_loss.sort().values, rtol=1e-4, atol=1e-4)
 
 

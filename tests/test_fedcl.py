@@ -115,7 +115,7 @@ def test_semi_hard_negatives_come_from_each_users_centroid_hard_set():
     method, env = make_method(FEDCL + ["method.semi_hard=6", "method.hard_ratio=0.25"])
     server = method.hard_server
     users = round_of(method).sampler.users(0)
-    server.receive(method.upload_embeddings(users, 0, round_of(method).privacy), 0)
+    server.receive(method.client.upload_embeddings(users, 0, round_of(method).privacy), 0)
     negatives = server.negatives(users, method.public, 0)
     k = math.ceil(0.25 * env.n_items)
     queries, query_of = server.queries(users)
@@ -147,19 +147,20 @@ def test_mixup_loss_equals_a_direct_per_client_computation():
     method, env = make_method(FEDCL + ["method.semi_hard=8", "sim.clients_per_round=8"])
     users = round_of(method).sampler.users(0)
     server = method.hard_server
-    server.receive(method.upload_embeddings(users, 0, round_of(method).privacy), 0)
+    server.receive(method.client.upload_embeddings(users, 0, round_of(method).privacy), 0)
     hard = server.negatives(users, method.public, 0)
-    problems = method.problems(users, 0, hard)
+    problems = method.client.problems(users, 0, hard)
     hard_of = {int(u): hard[b] for b, u in enumerate(users)}
     checked = 0
     for problem in problems:
         batch = problem.batch
         item_table = method.public.item[problem.items]
-        losses = method.local_loss(problem, method.private.user[batch.users], item_table, method.public.net)
-        local = method.local_negatives(batch, 0)  # [B, P, n]
+        client = method.client
+        losses = client.local_loss(problem, client.private.user[batch.users], item_table, method.public.net)
+        local = method.client.local_negatives(batch, 0)  # [B, P, n]
         for b in range(batch.size):
             mask = batch.pos_mask[b]
-            expected = direct_loss(method, env, method.private.user[batch.users[b]], method.public.item,
+            expected = direct_loss(method, env, method.client.private.user[batch.users[b]], method.public.item,
                                    method.public.net, {"pos": batch.pos[b][mask]}, local[b][mask],
                                    hard_of[int(batch.users[b])])
             assert float(losses[b]) == pytest.approx(float(expected), rel=1e-5)
@@ -171,7 +172,7 @@ def test_local_store_is_fixed_per_user_and_excludes_positives():
     method, env = make_method(FEDCL)
     users = round_of(method).sampler.users(0)
     batch = env.train.client_batch(users)
-    first, later = method.local_negatives(batch, 0), method.local_negatives(batch, 5)
+    first, later = method.client.local_negatives(batch, 0), method.client.local_negatives(batch, 5)
     assert not torch.equal(first, later)  # picks are redrawn each round ...
     for b in range(batch.size):
         positives = set(batch.pos[b][batch.pos_mask[b]].tolist())
@@ -212,7 +213,7 @@ def test_fedsgd_fast_path_equals_the_general_path(backbone, row):
         for r in range(5):  # reclusters every 2 rounds: the semi-hard sets follow the trained model
             assert round_of(fast).train_round(r).loss == pytest.approx(round_of(slow).train_round(r).loss, rel=1e-9)
         torch.testing.assert_close(fast.public.item, slow.public.item)
-        torch.testing.assert_close(fast.private.user, slow.private.user)
+        torch.testing.assert_close(fast.client.private.user, slow.client.private.user)
         for name in fast.public.net:
             torch.testing.assert_close(fast.public.net[name], slow.public.net[name])
         assert (fast.public.item - make_method(common)[0].public.item).abs().max() > 1e-3  # the model did move
@@ -229,7 +230,7 @@ def test_non_finite_user_rows_from_the_fast_path_are_named(monkeypatch):
 
     def diverging(users, round_index, sent, rule):
         result = fast_round(users, round_index, sent, rule)
-        method.private.user[users[0]] = float("inf")
+        method.client.private.user[users[0]] = float("inf")
         return result
 
     monkeypatch.setattr(method, "fast_round", diverging)
@@ -240,7 +241,7 @@ def test_non_finite_user_rows_from_the_fast_path_are_named(monkeypatch):
 def test_non_finite_embedding_uploads_are_named_before_clustering():
     method, _ = make_method(FEDCL)
     users = round_of(method).sampler.users(0)
-    uploads = method.upload_embeddings(users, 0, round_of(method).privacy)
+    uploads = method.client.upload_embeddings(users, 0, round_of(method).privacy)
     uploads.vectors[0, 0] = float("-inf")
     with pytest.raises(NumericalError, match=r"the uploaded user embeddings .* round 0"):
         method.hard_server.receive(uploads, 0)
@@ -255,16 +256,16 @@ def test_fast_path_is_off_where_not_exact():
 
 def run_server_phase(method, env, rounds=3):
     """The negative-sampling exchange with client data poisoned while the server side runs."""
-    saved = (env.train, method.private)
+    saved = (env.train, method.client.private)
     for r in range(rounds):
         users = round_of(method).sampler.users(r)
-        uploads = method.upload_embeddings(users, r, round_of(method).privacy)
-        env.train, method.private = Poison("ClientStore"), Poison("PrivateParams")
+        uploads = method.client.upload_embeddings(users, r, round_of(method).privacy)
+        env.train, method.client.private = Poison("ClientStore"), Poison("PrivateParams")
         try:
             method.hard_server.receive(uploads, r)
             method.hard_server.negatives(users, method.public, r)
         finally:
-            env.train, method.private = saved
+            env.train, method.client.private = saved
 
 
 @pytest.mark.parametrize("backbone", ["mf", "gru4rec"])
@@ -272,10 +273,10 @@ def test_hard_negative_server_sees_uploads_only(backbone):
     method, env = make_method(FEDCL + [f"backbone={backbone}"])
     run_server_phase(method, env)
     server = method.hard_server
-    private_storage = method.private.user.untyped_storage().data_ptr()
+    private_storage = method.client.private.user.untyped_storage().data_ptr()
     held = [t for t in reachable(server) if isinstance(t, torch.Tensor)]
     assert held and all(t.untyped_storage().data_ptr() != private_storage for t in held)
-    assert not any(obj is env.train or obj is method.private for obj in reachable(server))
+    assert not any(obj is env.train or obj is method.client.private for obj in reachable(server))
 
 
 def test_poison_catches_a_hard_negative_server_that_reads_client_data():
@@ -296,8 +297,8 @@ def test_poison_catches_a_hard_negative_server_that_reads_client_data():
 def test_uploaded_embeddings_are_perturbed_under_ldp(backbone):
     method, env = make_method(FEDCL + [f"backbone={backbone}"])
     users = round_of(method).sampler.users(0)
-    uploads = method.upload_embeddings(users, 0, round_of(method).privacy)
-    clean = method.user_embeddings(users)  # ID-based: the private rows; sequential: inferred from the history
+    uploads = method.client.upload_embeddings(users, 0, round_of(method).privacy)
+    clean = method.client.user_embeddings(users)  # ID-based: the private rows; sequential: inferred from the history
     assert clean.shape == uploads.vectors.shape
     assert not torch.allclose(uploads.vectors, clean)
     l1 = (uploads.vectors - clean).abs().sum(1)
@@ -321,15 +322,15 @@ def test_bad_fedcl_settings_are_named_before_training(overrides, field):
 def test_bil_loss_equals_a_direct_computation(kind):
     """Ning et al.'s hinge (or −log σ) on the cosine of the user row and each positive, per client."""
     method, env = make_method(["method=bil", "backbone=mf", "sim.clients_per_round=8", f"method.positive_loss={kind}"])
-    assert method.cosine
+    assert method.client.cosine
     users = round_of(method).sampler.users(0)
-    for problem in method.problems(users, 0):
+    for problem in method.client.problems(users, 0):
         batch = problem.batch
         table = method.public.item[problem.items]
-        losses = method.local_loss(problem, method.private.user[batch.users], table, method.public.net)
+        losses = method.client.local_loss(problem, method.client.private.user[batch.users], table, method.public.net)
         for b in range(batch.size):
             pos = batch.pos[b][batch.pos_mask[b]]
-            user = method.private.user[batch.users[b]]
+            user = method.client.private.user[batch.users[b]]
             cosines = [float(method.public.item[p] @ user / (method.public.item[p].norm() * user.norm())) for p in pos]
             if kind == "hinge":
                 expected = np.mean([max(0.0, 0.9 - c) ** 2 for c in cosines])
@@ -375,7 +376,7 @@ def test_bil_ranks_by_cosine():
         method.public.item[3] *= 100
     users = torch.arange(4)
     unit = method.public.item / method.public.item.norm(dim=1, keepdim=True)
-    user = method.private.user[users] / method.private.user[users].norm(dim=1, keepdim=True)
+    user = method.client.private.user[users] / method.client.private.user[users].norm(dim=1, keepdim=True)
     torch.testing.assert_close(method.score_users(users), user @ unit.T)
     items = torch.tensor([3, 5, 7, 3])
     torch.testing.assert_close(method.score_pairs(users, items), (user * unit[items]).sum(1))
@@ -388,7 +389,7 @@ def test_bil_cosine_needs_an_inner_product_backbone():
         with pytest.raises(ConfigError, match=field):
             make_method(["method=bil", "backbone=mf", f"method.{field}={value}"])
     method, _ = make_method(["method=bil", "backbone=ncf"])
-    assert not method.cosine and method.describe()["bil_similarity"] == "score"
+    assert not method.client.cosine and method.describe()["bil_similarity"] == "score"
 
 
 def test_bil_learns_and_uploads_no_embedding():

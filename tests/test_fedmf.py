@@ -30,7 +30,7 @@ def test_paillier_rounds_equal_plaintext_rounds(mode):
         assert a.bytes_up == b.bytes_up and a.bytes_down == b.bytes_down
     assert not torch.equal(plain.public.item, make_method(FEDMF)[0].public.item)  # it trained
     torch.testing.assert_close(encrypted.public.item, plain.public.item, rtol=0, atol=1e-6)
-    torch.testing.assert_close(encrypted.private.user, plain.private.user, rtol=0, atol=1e-6)
+    torch.testing.assert_close(encrypted.client.private.user, plain.client.private.user, rtol=0, atol=1e-6)
 
 
 def test_server_sums_ciphertexts_it_cannot_read():

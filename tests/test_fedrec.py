@@ -59,7 +59,7 @@ def oracle_round(method, env, round_index: int):
     """FedRec's iteration written per client (Alg. 2, Eq. 1–3, 7) and per item (Eq. 2)."""
     config, lam = method.config, env.backbone.config.l2
     lr = config.lr * config.lr_decay ** round_index
-    item, user = method.public.item.clone(), method.private.user.clone()
+    item, user = method.public.item.clone(), method.client.private.user.clone()
     total, raters = torch.zeros_like(item), torch.zeros(item.shape[0])
     seed = derive_seed(env.sim.seed, "unrated", round_index)
     for u in round_of(method).sampler.users(round_index).tolist():
@@ -96,7 +96,7 @@ def test_fedrec_round_equals_a_per_client_loop(t_predict):
     round_of(method).train_round(0)
     user, item = oracle_round(method, env, 1)
     round_of(method).train_round(1)
-    assert torch.allclose(method.private.user, user, atol=1e-6)
+    assert torch.allclose(method.client.private.user, user, atol=1e-6)
     assert torch.allclose(method.public.item, item, atol=1e-6)
 
 
@@ -119,19 +119,19 @@ def test_denoisers_collect_what_the_server_needs():
     method, env = make_method(RATED + ["method=fedrecpp", "method.rho=2", "method.denoisers=3",
                                        "sim.clients_per_round=all"])
     captured = {}
-    original = method.collect
+    original = method.client.collect
 
     def spy(rows, held):
         captured["rows"], captured["relayed"] = rows, original(rows, held)
         return captured["relayed"]
 
-    method.collect = spy
+    method.client.collect = spy
     round_of(method).train_round(0)
     rows, relayed = captured["rows"], captured["relayed"]
     clients = env.clients_with_data()
     batch = env.train.client_batch(clients)
     denoiser = method.role[clients] >= 0
-    noise = float(method.rating.unrated_counts(batch)[~denoiser].sum())
+    noise = float(method.client.rating.unrated_counts(batch)[~denoiser].sum())
     own = float(env.train.sizes(clients)[denoiser].sum())
     assert rows.item.numel() == noise
     assert set(relayed.denoiser.tolist()) <= {0, 1, 2}
@@ -162,13 +162,13 @@ def test_fedrecpp_server_phase_sees_uploads_only():
     original = module.denoised_mean
 
     def poisoned(aggregate):
-        saved = (env.train, method.private)
-        env.train, method.private = Poison("ClientStore"), Poison("PrivateParams")
+        saved = (env.train, method.client.private)
+        env.train, method.client.private = Poison("ClientStore"), Poison("PrivateParams")
         try:
             assert isinstance(aggregate, Aggregate)
             return original(aggregate)
         finally:
-            env.train, method.private = saved
+            env.train, method.client.private = saved
 
     module.denoised_mean = poisoned
     try:
@@ -195,7 +195,7 @@ def test_fedrecpp_is_lossless_on_ml100k(extra):
         for method in (reference, lossless, noisy):
             round_of(method).train_round(r)
     assert torch.allclose(lossless.public.item, reference.public.item, atol=2e-5, rtol=1e-4)
-    assert torch.allclose(lossless.private.user, reference.private.user, atol=2e-5, rtol=1e-4)
+    assert torch.allclose(lossless.client.private.user, reference.client.private.user, atol=2e-5, rtol=1e-4)
     assert (noisy.public.item - reference.public.item).abs().max() > 1e-2
 
 

@@ -24,12 +24,12 @@ def test_a_summed_client_loss_is_the_mean_times_the_examples():
 def test_client_scoped_l2_counts_each_touched_row_once():
     method, env = make_method(MF + ["method.loss_reduction=sum", "method.l2_scope=client", "backbone.l2=0.1"])
     users = round_of(method).sampler.users(0)
-    problem = method.problems(users, 0)[0]
-    user = method.private.user[problem.batch.users]
+    problem = method.client.problems(users, 0)[0]
+    user = method.client.private.user[problem.batch.users]
     table = method.public.item[problem.items]
-    got = method.local_loss(problem, user, table, method.public.net)
+    got = method.client.local_loss(problem, user, table, method.public.net)
     plain = make_method(MF + ["method.loss_reduction=sum"])[0]  # same data and seeds, no L2
-    data = plain.local_loss(problem, user, table, method.public.net)
+    data = plain.client.local_loss(problem, user, table, method.public.net)
     rows = torch.stack([(table[b][problem.item_mask[b]] ** 2).sum() for b in range(len(user))])
     torch.testing.assert_close(got, data + 0.05 * ((user ** 2).sum(1) + rows))
     assert not round_of(method).uses_fast_path  # the FedSGD pass computes the per-client mean loss only

@@ -41,12 +41,12 @@ def test_the_l2_term_shrinks_a_user_row_by_the_declared_factor(case):
         start, _ = make_method([*CASES[case], "sim.seed=1"])
         lr = type(start).l2_step_lr(start.config)
         assert lr == start.config.optimizer.private_lr
-        user = start.private.user.clone()  # [U, d] before the round
+        user = start.client.private.user.clone()  # [U, d] before the round
         trained = {}
         for l2 in (0.0, 0.001):
             method, _ = make_method([*CASES[case], "sim.seed=1", f"backbone.l2={l2}"])
             round_of(method).train_round(0)
-            trained[l2] = method.private.user
+            trained[l2] = method.client.private.user
         stepped = (trained[0.0] != user).any(1)  # [U]: the round's clients
         assert 0 < int(stepped.sum()) <= 16
         shrink = trained[0.001] - trained[0.0]  # [U, d]

@@ -49,16 +49,16 @@ def test_client_step_matches_per_client_per_bit_loop(rule, aggregation, stay):
     overrides = LIGHTFR + [f"method.rule={rule}", f"method.aggregation={aggregation}", "method.balance=0.002",
                            f"method.item_stay={stay}"]
     method, env = make_method(overrides)
-    problem = method.problems(round_of(method).sampler.users(0), 0)[0]
-    uploads, new_user, _ = unpack(method.client_step(problem))
+    problem = method.client.problems(round_of(method).sampler.users(0), 0)[0]
+    uploads, new_user, _ = unpack(method.client.step(problem))
     w = method.weights
     batch = problem.batch
     expected_rows = {}
     for b, u in enumerate(batch.users.tolist()):
         items = batch.pos[b][batch.pos_mask[b]]
-        targets = method.targets(batch.ratings[b][batch.pos_mask[b]])
+        targets = method.client.targets(batch.ratings[b][batch.pos_mask[b]])
         D = method.public.item[items]
-        code = oracle_dcd(method.private.user[u], D, targets, w.user_self * items.numel(), w.balance, 10)
+        code = oracle_dcd(method.client.private.user[u], D, targets, w.user_self * items.numel(), w.balance, 10)
         assert torch.equal(new_user[b].double(), code), f"client {u}"
         for j, i in enumerate(items.tolist()):
             if aggregation == "grad":  # Eq. 12
@@ -128,7 +128,7 @@ def test_uploads_are_signs_and_communication_is_counted_in_bits(aggregation, res
     assert stats.bytes_down == m * f / 8
     assert stats.bytes_up == pytest.approx(float(rated) * (4 + f / 8 + residual_bytes))
     if aggregation == "para":
-        uploads, _, _ = unpack(method.client_step(method.problems(users, 1)[0]))
+        uploads, _, _ = unpack(method.client.step(method.client.problems(users, 1)[0]))
         assert set(uploads.row_delta.unique().tolist()) <= {-1.0, 1.0}
     assert 0 <= stats.extra["item_bits_flipped"] <= 1 and stats.extra["dcd_sweeps_user"] >= 1
 
@@ -211,20 +211,20 @@ def test_cold_start_clients_never_train_and_fit_codes_by_eq19():
                                          "sim.sampling=independent"])
     cold = torch.nonzero(method.cold).squeeze(1)
     assert cold.numel() == round(0.25 * env.clients_with_data().numel())
-    initial = method.private.user[cold].clone()
+    initial = method.client.private.user[cold].clone()
     for r in range(4):
         assert not method.cold[round_of(method).sampler.users(r)].any()  # never sampled
         round_of(method).train_round(r)
-    assert torch.equal(method.private.user[cold], initial)  # untouched by training
+    assert torch.equal(method.client.private.user[cold], initial)  # untouched by training
     method.score_users(cold)  # ranking triggers Eq. 19 on the cold clients
     for u in cold.tolist():
         start, end = env.train.indptr[u], env.train.indptr[u + 1]
         items, ratings = env.train.items[start:end], env.train.ratings[start:end]
         want = eq19_code(initial[cold.tolist().index(u)], method.public.item[items], method.scale(ratings))
-        assert torch.equal(method.private.user[u].double(), want), f"cold client {u}"
+        assert torch.equal(method.client.private.user[u].double(), want), f"cold client {u}"
     warm = torch.nonzero(~method.cold).squeeze(1)
-    assert not torch.equal(method.private.user[cold], initial)  # they did fit codes
-    assert method.private.user[warm].abs().eq(1).all()
+    assert not torch.equal(method.client.private.user[cold], initial)  # they did fit codes
+    assert method.client.private.user[warm].abs().eq(1).all()
 
 
 def test_cold_users_must_leave_clients_on_both_sides():
@@ -256,18 +256,18 @@ def test_cold_start_items_are_withheld_and_coded_by_eq21():
     cold = torch.nonzero(method.cold_item).squeeze(1)
     assert cold.numel() == round(0.2 * int((torch.bincount(env.train.items, minlength=env.n_items) > 0).sum()))
     initial = method.public.item[cold].clone()
-    honest = method.client_step
+    honest = method.client.step
 
     def watched(problem):
         result = honest(problem)
         assert not method.cold_item[result.uploads.row_item].any()  # a cold item's rating never leaves a client
         return result
 
-    method.client_step = watched
+    method.client.step = watched
     for r in range(4):
         round_of(method).train_round(r)
     assert torch.equal(method.public.item[cold], initial)  # no upload, the stay term keeps the bits
-    trained_users = method.private.user.clone()
+    trained_users = method.client.private.user.clone()
     method.score_users(torch.arange(3))  # ranking triggers Eq. 21, then Eq. 19
     for i in cold.tolist():
         raters, ratings = [], []

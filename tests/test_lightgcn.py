@@ -232,14 +232,14 @@ def test_vectorized_ego_rounds_match_the_per_client_loop():
         interactions = torch.zeros(n_users, n_items, dtype=torch.bool)
         owner, _, items, _ = store.flat(torch.arange(n_users))
         interactions[owner, items] = True
-        shared = method.private.user.clone()  # registration: every client shares its initial row
+        shared = method.client.private.user.clone()  # registration: every client shares its initial row
         start = method.public.item.clone()
         for r in range(3):
             users = rounds.sampler.users(r)
-            shared[users] = method.private.user[users]  # the round's clients refresh first
-            user_table, item_table = method.private.user.clone(), method.public.item.clone()
+            shared[users] = method.client.private.user[users]  # the round's clients refresh first
+            user_table, item_table = method.client.private.user.clone(), method.public.item.clone()
             method.exchange(users, r, rounds.privacy)  # (train_round repeats it: the same rows again)
-            problems = method.problems(users, r)
+            problems = method.client.problems(users, r)
             clients = []
             for problem in problems:
                 batch = problem.batch
@@ -250,7 +250,7 @@ def test_vectorized_ego_rounds_match_the_per_client_loop():
             ego_fedavg_round(2, 0.01, user_table, shared, item_table, clients, interactions, lr=0.5)
             rounds.train_round(r)
             torch.testing.assert_close(method.public.item, item_table, rtol=1e-8, atol=1e-10)
-            torch.testing.assert_close(method.private.user, user_table, rtol=1e-8, atol=1e-10)
+            torch.testing.assert_close(method.client.private.user, user_table, rtol=1e-8, atol=1e-10)
         assert (method.public.item - start).abs().max() > 1e-3
     finally:
         torch.set_default_dtype(torch.float32)
@@ -260,7 +260,7 @@ def test_federated_lightgcn_ranks_with_the_union_graph():
     method, env = make_method(LIGHTGCN + [CPU_ORACLE])
     round_of(method).train_round(0)
     users = torch.arange(5)
-    user, item = BipartiteGraph.from_store(env.train).propagate(method.private.user, method.public.item, 2)
+    user, item = BipartiteGraph.from_store(env.train).propagate(method.client.private.user, method.public.item, 2)
     torch.testing.assert_close(method.score_users(users), user[users] @ item.T)
     torch.testing.assert_close(method.score_pairs(users, users), (user[users] * item[users]).sum(1))
 
@@ -278,7 +278,7 @@ def test_federated_lightgcn_resumes_with_the_directory():
     round_of(resumed).train_round(2)
     round_of(second).train_round(2)
     torch.testing.assert_close(resumed.public.item, second.public.item)
-    torch.testing.assert_close(resumed.private.user, second.private.user)
+    torch.testing.assert_close(resumed.client.private.user, second.client.private.user)
 
 
 def test_central_lightgcn_learns_and_ranks_with_propagated_tables():
@@ -333,7 +333,7 @@ def test_fedgnn_clients_train_and_link_their_pseudo_items():
     rounds = round_of(method)
     users = rounds.sampler.users(0)
     method.exchange(users, 0, rounds.privacy)
-    for problem in method.problems(users, 0):
+    for problem in method.client.problems(users, 0):
         for b in range(problem.batch.size):
             held = env.train.client_batch(problem.batch.users[b:b + 1]).pos[0]
             trained = problem.batch.pos[b][problem.batch.pos_mask[b]]
@@ -345,7 +345,7 @@ def test_fedgnn_clients_train_and_link_their_pseudo_items():
             nodes = problem.batch.size + b * problem.items.shape[1] + slots
             edges = problem.ego.src == b
             assert torch.isin(nodes, problem.ego.dst[edges]).all()
-        uploads = method.client_step(problem).uploads
+        uploads = method.client.step(problem).uploads
         assert torch.isin(problem.items[problem.item_mask], uploads.row_item).all()
     assert not rounds.uses_fast_path
 
@@ -357,7 +357,7 @@ def test_fedgnn_runs_with_linf_ldp_on_both_uploads():
     round_of(method).train_round(0)
     assert (method.public.item - before).abs().max() > 0
     # the neighbours' shared rows are the protected ones, not the private rows
-    assert not torch.allclose(method.context.ego.directory.shared, method.private.user)
+    assert not torch.allclose(method.client.context.ego.directory.shared, method.client.private.user)
 
 
 # -- PerFedRec: clusters, selection, the prediction mixture --------------------------------------------
@@ -376,9 +376,9 @@ def test_cluster_aggregation_equals_fedavg_one_cluster_at_a_time():
     before = method.clusters.tables.clone()
     method.exchange(users, 2, rounds.privacy)
     labels = method.clusters.labels.clone()
-    results = [method.client_step(p) for p in method.problems(users, 2)]
+    results = [method.client.step(p) for p in method.client.problems(users, 2)]
     # the direct computation: every member's uploads, grouped by its cluster
-    problems = method.problems(users, 2)
+    problems = method.client.problems(users, 2)
     sums = torch.zeros_like(before)
     counts = torch.zeros(before.shape[:2])
     for problem, result in zip(problems, results):
@@ -415,14 +415,14 @@ def test_mixture_prediction_equals_the_direct_computation():
         rounds.train_round(r)
     users = torch.arange(env.n_users)
     graph = BipartiteGraph.from_store(env.train)
-    user_g, item_g = graph.propagate(method.private.user, method.public.item, 2)
+    user_g, item_g = graph.propagate(method.client.private.user, method.public.item, 2)
     want = torch.empty(env.n_users, env.n_items)
     for u in range(env.n_users):
         k = int(method.clusters.labels[u])
-        user_k, item_k = graph.propagate(method.private.user, method.clusters.tables[k], 2)
-        alpha = torch.tensor([1.0 if method.has_local[u] else 0.0, 2.0, 3.0])
+        user_k, item_k = graph.propagate(method.client.private.user, method.clusters.tables[k], 2)
+        alpha = torch.tensor([1.0 if method.client.has_local[u] else 0.0, 2.0, 3.0])
         alpha = alpha / alpha.sum()
-        want[u] = (alpha[0] * method.local_user[u] @ item_k.T + alpha[1] * user_k[u] @ item_k.T
+        want[u] = (alpha[0] * method.client.local_user[u] @ item_k.T + alpha[1] * user_k[u] @ item_k.T
                    + alpha[2] * user_g[u] @ item_g.T)
     torch.testing.assert_close(method.score_users(users), want, rtol=1e-4, atol=1e-5)
     items = torch.arange(env.n_users) % env.n_items
@@ -446,12 +446,13 @@ def test_pretraining_views_do_not_depend_on_the_bucket():
     users = rounds.sampler.users(0)
     sent = method.exchange(users, 0, rounds.privacy).sent
     assert sent is not None and sent.shape[0] == min(256, method.env.n_users)  # the random users' rows
-    problem = method.problems(users, 0, sent)[0]
-    user0, items0 = method.private.user[problem.batch.users], method.public.item[problem.items]
-    bucket = method.local_loss(problem, user0, items0, {})
+    problem = method.client.problems(users, 0, sent)[0]
+    user0, items0 = method.client.private.user[problem.batch.users], method.public.item[problem.items]
+    bucket = method.client.local_loss(problem, user0, items0, {})
     for b in range(3):
-        alone = method.problems(problem.batch.users[b:b + 1], 0, sent)[0]
-        loss = method.local_loss(alone, method.private.user[alone.batch.users], method.public.item[alone.items], {})
+        alone = method.client.problems(problem.batch.users[b:b + 1], 0, sent)[0]
+        client = method.client
+        loss = client.local_loss(alone, client.private.user[alone.batch.users], method.public.item[alone.items], {})
         torch.testing.assert_close(loss, bucket[b:b + 1], rtol=1e-5, atol=1e-6)
 
 
@@ -563,8 +564,8 @@ def test_clients_start_from_the_global_model_or_their_clusters():
             rounds.train_round(r)
         users = rounds.sampler.users(3)
         method.exchange(users, 3, rounds.privacy)
-        problem = method.problems(users, 3)[0]
-        rows = method.download_rows(problem)
+        problem = method.client.problems(users, 3)[0]
+        rows = method.client.download_rows(problem)
         if source == "global":
             want = method.public.item[problem.items]
         else:

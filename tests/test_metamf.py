@@ -43,8 +43,8 @@ def end_to_end_gradients(method, users: torch.Tensor) -> dict[str, torch.Tensor]
 def test_server_backprop_of_uploads_equals_end_to_end_gradients():
     method, _ = make_method(METAMF)
     users = round_of(method).sampler.users(0)
-    problems = method.problems(users, 0)
-    uploads = Uploads.concat([method.client_step(p).uploads for p in problems])
+    problems = method.client.problems(users, 0)
+    uploads = Uploads.concat([method.client.step(p).uploads for p in problems])
     senders = torch.cat([p.batch.users for p in problems])
     aggregate = method.server.aggregate(uploads, senders, round_of(method).defense,
                                         RoundContext(0, 0, senders.numel()))
@@ -81,7 +81,7 @@ def test_traffic_is_the_generated_model_down_and_its_gradients_up():
 
 def test_uploads_outside_metamf_schema_are_refused():
     method, _ = make_method(METAMF)
-    honest = method.client_step
+    honest = method.client.step
 
     def leaky(problem):
         uploads, user, loss = unpack(honest(problem))
@@ -89,7 +89,7 @@ def test_uploads_outside_metamf_schema_are_refused():
         return ClientResult(Uploads(uploads.n_clients, uploads.row_client, uploads.row_item, uploads.row_delta,
                                     dense), user, loss)
 
-    method.client_step = leaky
+    method.client.step = leaky
     with pytest.raises(UploadError, match=r"undeclared fields \['ratings'\]"):
         round_of(method).train_round(0)
 

@@ -22,15 +22,15 @@ def check_rounds(overrides, weighting="uniform"):
                                "sim.clients_per_round=16", f"defense.weighting={weighting}", *overrides])
     start = method.public.item.clone()
     for r in range(ROUNDS):
-        user_table, public = method.private.user.clone(), method.public.clone()
-        problems = method.problems(round_of(method).sampler.users(r), r)
+        user_table, public = method.client.private.user.clone(), method.public.clone()
+        problems = method.client.problems(round_of(method).sampler.users(r), r)
         fedavg_round(env.backbone, user_table, public, clients_of(problems), method.config.optimizer,
                      env.sim.local_epochs, weighting, method.config.loss_reduction)
         round_of(method).train_round(r)
         torch.testing.assert_close(method.public.item, public.item, rtol=1e-4, atol=1e-6)
         for name in public.net:
             torch.testing.assert_close(method.public.net[name], public.net[name], rtol=1e-4, atol=1e-6)
-        torch.testing.assert_close(method.private.user, user_table, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(method.client.private.user, user_table, rtol=1e-4, atol=1e-6)
     assert (method.public.item - start).abs().max() > 1e-3  # the model did move
 
 
@@ -95,7 +95,7 @@ def test_fedsgd_fast_path_equals_general_path(backbone, defense):
         loss_fast, loss_slow = round_of(fast).train_round(r).loss, round_of(slow).train_round(r).loss
         assert loss_fast == pytest.approx(loss_slow, rel=1e-5)
     torch.testing.assert_close(fast.public.item, slow.public.item, rtol=1e-4, atol=1e-6)
-    torch.testing.assert_close(fast.private.user, slow.private.user, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(fast.client.private.user, slow.client.private.user, rtol=1e-4, atol=1e-6)
     for name in fast.public.net:
         torch.testing.assert_close(fast.public.net[name], slow.public.net[name], rtol=1e-4, atol=1e-6)
 

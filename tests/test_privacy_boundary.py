@@ -56,12 +56,12 @@ def poisoned(fn, name: str, method, env, calls: list[str]):
     """``fn`` run with the client store and the private parameters replaced by poison; logs ``name``."""
     def wrapper(*args, **kwargs):
         calls.append(name)
-        saved = (env.train, method.private)
-        env.train, method.private = Poison("ClientStore"), Poison("PrivateParams")
+        saved = (env.train, method.client.private)
+        env.train, method.client.private = Poison("ClientStore"), Poison("PrivateParams")
         try:
             return fn(*args, **kwargs)
         finally:
-            env.train, method.private = saved
+            env.train, method.client.private = saved
     return wrapper
 
 
@@ -94,12 +94,13 @@ def reachable(root, limit=20000):
 def test_server_holds_no_reference_to_client_data(overrides):
     method, env = make_method(overrides)
     round_of(method).train_round(0)
-    client_side = [env.train, env.train.items, env.train.indptr, method.private, method.private.user, env.split,
+    private = method.client.private
+    client_side = [env.train, env.train.items, env.train.indptr, private, private.user, env.split,
                    env.split.train]
     server_side = reachable(method.server) + reachable(round_of(method).defense)
     leaked = [c for c in client_side if any(c is obj for obj in server_side)]
     assert not leaked
-    private_storage = method.private.user.untyped_storage().data_ptr()
+    private_storage = method.client.private.user.untyped_storage().data_ptr()
     tensors = [t for t in server_side if isinstance(t, torch.Tensor)]
     assert tensors and all(t.untyped_storage().data_ptr() != private_storage for t in tensors)
 
@@ -140,7 +141,7 @@ def test_poison_catches_a_leaky_server():
 
 def test_uploads_with_undeclared_fields_are_refused():
     method, _ = make_method(["sim.fast_path=off"])
-    honest = method.client_step
+    honest = method.client.step
 
     def leaky_client_step(problem):
         uploads, user, loss = unpack(honest(problem))
@@ -148,7 +149,7 @@ def test_uploads_with_undeclared_fields_are_refused():
         return ClientResult(Uploads(uploads.n_clients, uploads.row_client, uploads.row_item, uploads.row_delta,
                                     dense, uploads.weight), user, loss)
 
-    method.client_step = leaky_client_step
+    method.client.step = leaky_client_step
     with pytest.raises(UploadError, match=r"undeclared fields \['user_embedding'\]"):
         round_of(method).train_round(0)
 
@@ -233,16 +234,17 @@ def test_every_server_program_holds_and_reads_no_client_data(option):
     is client data."""
     method, env = make_method([f"method={option}", *SETTINGS.get(option, [])])
     calls: list[str] = []
-    saved = (env.train, env.split, method.private)
+    saved = (env.train, env.split, method.client.private)
 
     def poisoned_call(fn, name):
         def wrapper(*args, **kwargs):
             calls.append(name)
-            env.train, env.split, method.private = Poison("ClientStore"), Poison("Split"), Poison("PrivateParams")
+            env.train, env.split = Poison("ClientStore"), Poison("Split")
+            method.client.private = Poison("PrivateParams")
             try:
                 return fn(*args, **kwargs)
             finally:
-                env.train, env.split, method.private = saved
+                env.train, env.split, method.client.private = saved
         return wrapper
 
     server = method.server
@@ -252,30 +254,34 @@ def test_every_server_program_holds_and_reads_no_client_data(option):
     for r in range(rounds.rounds_per_epoch()):
         rounds.train_round(r)
     assert "step" in calls
-    client_side = [env.train, env.train.items, env.split, env.split.train, method.private, method.private.user]
+    private = method.client.private
+    client_side = [env.train, env.train.items, env.split, env.split.train, private, private.user]
     held = reachable(server)
     assert not [c for c in client_side if any(c is obj for obj in held)]
-    private_storage = method.private.user.untyped_storage().data_ptr()
+    private_storage = method.client.private.user.untyped_storage().data_ptr()
     assert all(t.untyped_storage().data_ptr() != private_storage for t in held if isinstance(t, torch.Tensor))
 
 
 @pytest.mark.parametrize("option", federated_options())
 def test_every_server_program_is_built_from_declared_statistics_only(option, monkeypatch):
-    """``make_server`` runs with the client store, the split and the private rows poisoned: what the server
-    program gets of the data is the statistics its method declares (``Needs.server_reads``), no more."""
+    """``make_server`` runs with the client store and the split poisoned, before the client program (the private
+    rows) exists: what the server program gets of the data is the statistics its method declares
+    (``Needs.server_reads``), no more."""
     cfg = compose_cfg(SMALL + [f"method={option}", *SETTINGS.get(option, [])])
     module, _, name = cfg.method._target_.rpartition(".")
     cls = getattr(importlib.import_module(module), name)
     build_server, built = cls.make_server, []
 
     def poisoned_make_server(self, public, statistics):
-        env, saved = self.env, (self.env.train, self.env.split, self.private)
-        env.train, env.split, self.private = Poison("ClientStore"), CountsOnly(env.split), Poison("PrivateParams")
+        # the private rows live in the client program, which is built after the server (from its model view)
+        assert not hasattr(self, "client"), "the server program must be built before any client program exists"
+        env, saved = self.env, (self.env.train, self.env.split)
+        env.train, env.split = Poison("ClientStore"), CountsOnly(env.split)
         try:
             built.append(sorted(statistics))
             return build_server(self, public, statistics)
         finally:
-            env.train, env.split, self.private = saved
+            env.train, env.split = saved
 
     monkeypatch.setattr(cls, "make_server", poisoned_make_server)
     method, _ = make_method([f"method={option}", *SETTINGS.get(option, [])])

@@ -45,10 +45,10 @@ def reptile_loop(method, users: torch.Tensor) -> dict[int, tuple[torch.Tensor, d
 def test_client_step_equals_a_per_client_reptile_loop():
     method, _ = make_method(PRIVREC + ["method.clip=1e9", "method.optimizer.lr=0.3"])
     users = round_of(method).sampler.users(0)
-    problems = method.problems(users, 0)
+    problems = method.client.problems(users, 0)
     want = reptile_loop(method, torch.cat([p.batch.users for p in problems]))
     for problem in problems:
-        uploads, new_user, _ = unpack(method.client_step(problem))
+        uploads, new_user, _ = unpack(method.client.step(problem))
         for c, user in enumerate(problem.batch.users.tolist()):
             user_delta, rows = want[user]
             torch.testing.assert_close(uploads.dense[USER_INIT][c], user_delta, rtol=1e-5, atol=1e-6)
@@ -98,7 +98,7 @@ def test_without_noise_the_server_applies_the_mean_clipped_update():
     method, _ = make_method(PRIVREC + ["method.noise=0", "method.clip=0.05"])
     item0, init0 = method.public.item.clone(), method.public.net[USER_INIT].clone()
     users = round_of(method).sampler.users(0)
-    parts = [method.client_step(p).uploads for p in method.problems(users, 0)]
+    parts = [method.client.step(p).uploads for p in method.client.problems(users, 0)]
     uploads = Uploads.concat(parts)
     method.server.public.item.copy_(item0)
     expected = item0.clone().index_add_(0, uploads.row_item, uploads.row_delta / users.numel())
@@ -115,11 +115,12 @@ def test_clients_adapt_before_ranking_and_learn_without_noise():
     adapt_all = method.prepare_ranking
     method.prepare_ranking = lambda: (prepared.append(method.server_steps), adapt_all())
     with torch.no_grad():
-        method.private.user.zero_()  # whatever the rounds left on the clients
+        method.client.private.user.zero_()  # whatever the rounds left on the clients
     users = env.clients_with_data()
     scores = method.score_pairs(users, torch.zeros_like(users))
     problem = local_problem(env.train.client_batch(users[:5]), None, env.n_items)
-    torch.testing.assert_close(method.private.user[users[:5]], method.adapt(problem).user)  # k steps from θ
+    client = method.client
+    torch.testing.assert_close(client.private.user[users[:5]], client.adapt(problem).user)  # k steps from θ
     assert torch.isfinite(scores).all()
     method.score_users(users)
     assert prepared == [15]  # once per server step, not once per scoring call

@@ -389,9 +389,10 @@ def test_negatives_drawn_once_stay_the_same_every_round():
     fixed, _ = make_method(["method.resample_negatives=false", "sim.fast_path=off"])
     fresh, _ = make_method(["sim.fast_path=off"])
     users = round_of(fixed).sampler.users(0)
-    first, later = fixed.problems(users, 0), fixed.problems(users, 7)
+    first, later = fixed.client.problems(users, 0), fixed.client.problems(users, 7)
     assert all(torch.equal(a.items, b.items) for a, b in zip(first, later))
-    assert not all(torch.equal(a.items, b.items) for a, b in zip(fresh.problems(users, 0), fresh.problems(users, 7)))
+    refreshed = zip(fresh.client.problems(users, 0), fresh.client.problems(users, 7))
+    assert not all(torch.equal(a.items, b.items) for a, b in refreshed)
 
 
 def test_a_model_that_diverged_in_its_last_round_is_never_scored():

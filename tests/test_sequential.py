@@ -192,15 +192,15 @@ def direct_sequence_loss(method, problem, b, net, semi_items, past_only=False):
 def test_sequence_mixup_loss_equals_a_direct_per_client_computation(backbone, scope):
     method, env = make_method(["method=fedcl", f"backbone={backbone}", "privacy=ldp", "method.n_clusters=3",
                                "method.semi_hard=5", f"method.in_batch_scope={scope}", *SEQ, CPU_ORACLE])
-    assert method.in_batch
+    assert method.client.in_batch
     users = round_of(method).sampler.users(0)
     server = method.hard_server
-    server.receive(method.upload_embeddings(users, 0, round_of(method).privacy), 0)
+    server.receive(method.client.upload_embeddings(users, 0, round_of(method).privacy), 0)
     hard = server.negatives(users, method.public, 0)
     hard_of = {int(u): hard[b].tolist() for b, u in enumerate(users)}
     checked = 0
-    for problem in method.problems(users, 0, hard):
-        losses = method.local_loss(problem, method.private.user[problem.batch.users],
+    for problem in method.client.problems(users, 0, hard):
+        losses = method.client.local_loss(problem, method.client.private.user[problem.batch.users],
                                    method.public.item[problem.items], method.public.net)
         for b in range(problem.batch.size):
             expected = direct_sequence_loss(method, problem, b, method.public.net,
@@ -213,7 +213,7 @@ def test_sequence_mixup_loss_equals_a_direct_per_client_computation(backbone, sc
 def test_sequences_train_on_their_last_max_len_items():
     method, env = make_method(["method=fedcl", "backbone=gru4rec", "method.semi_hard=0", "privacy=none", *SEQ])
     users = round_of(method).sampler.users(0)
-    for problem in method.problems(users, 0):
+    for problem in method.client.problems(users, 0):
         batch = problem.batch
         assert batch.pos.shape[1] <= 6
         for b in range(batch.size):

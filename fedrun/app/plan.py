@@ -153,7 +153,7 @@ def setup_attack(p: Plan, split: Split, method: FederatedMethod, trainer: Federa
     config = p.attack.config
     targets = choose_targets(config, split)
     share = trainer.sampler.per_round / trainer.sampler.clients.numel()  # a benign client's odds per round
-    step = method.fabricated_step if "client_step" in type(method).offers(p.method_config) else None
+    step = method.client.fabricated_step if "client_step" in type(method).offers(p.method_config) else None
     known = None
     if "known_interactions" in p.attack.needs:  # (FedRecAttack's config holds what it knows)
         known = sample_known(split.train, config.known_fraction, config.known_seed)

@@ -2,7 +2,8 @@
 system against model poisoning attack" — ``papers/rcl4fedrec.txt`` §4.1, Algorithm 1), a module its options
 compose: CL4FedRec (``method=cl4fedrec``), rCL4FedRec (its server's popularity regularizer, Eq. 14), and the
 baselines SimGCL and UNION (§5.3), which are the same client step with other views (``user_cl`` /
-``item_cl``). Each option subclasses ``ContrastiveMethod`` with its own config; none subclasses another.
+``item_cl``). Each option subclasses ``ContrastiveMethod`` with its own config; none subclasses another. The
+client program (``ContrastiveClient``) and the server program (``ContrastiveServer``) are the family's.
 The equations and the choices where the paper is open are written down in the options' modules,
 where ``fedrun info method=<option>`` shows them.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +25,7 @@ from fedrun.errors import check, check_choice, check_positive
 from fedrun.kernels.batching import LocalProblem
 from fedrun.kernels.local import ClientOptimizer, problem_loss, slot_rows
 from fedrun.method._training import LocalTrainingConfig
+from fedrun.method.client import Client
 from fedrun.method.federated import ClientResult, Exchange, FederatedMethod, Needs
 from fedrun.method.server import OptimizerServer
 from fedrun.privacy.base import Privacy
@@ -220,40 +222,20 @@ class ContrastiveServer(OptimizerServer):
         return float(loss.detach())
 
 
-class ContrastiveMethod(FederatedMethod):
-    """The family's protocol: the server's synthetic users downloaded, the views, Eq. 11's loss on FedAvg's
-    local training (``fedrun.method._training``)."""
+class ContrastiveClient(Client):
+    """The family's client program: FedAvg's local training (``fedrun.method._training``) on Eq. 11, with the
+    synthetic users it downloads and the views of its user row and item rows (UNION: its own item views)."""
 
-    server_program: ClassVar[type[ContrastiveServer]] = ContrastiveServer  # rCL4FedRec: its calibrating server
-
-    def __init__(self, config: ContrastiveConfig, env):
-        check(config.synthetic_items <= env.n_items, "synthetic_items", config.synthetic_items,
-              f"at most the {env.n_items} items of the catalogue")
-        super().__init__(config, env)
-
-    @classmethod
-    def needs(cls, config: ContrastiveConfig) -> Needs:
-        return dataclasses.replace(super().needs(config), server_reads=frozenset({"item_popularity"}))
-
-    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> ContrastiveServer:
-        env = self.env
-        return self.server_program(public, self.config, env.backbone, statistics["item_popularity"], env.sim.seed)
-
-    def exchange(self, users: torch.Tensor, round_index: int, privacy: Privacy) -> Exchange:
-        """The round's clients download the synthetic users' embeddings (|U_syn|·d floats)."""
-        if self.config.user_cl != "synthetic":
-            return Exchange()
-        synthetic = self.server.synthetic  # [S, du]
-        return Exchange(sent=synthetic, bytes_down=float(synthetic.numel() * synthetic.element_size()))
-
-    # -- client side -------------------------------------------------------------------------
     def problems(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None) -> list[LocalProblem]:
+        """FedAvg's buckets, each with the synthetic users the round's clients downloaded (``sent``)."""
         fields = [f.name for f in dataclasses.fields(LocalProblem)]
         return [ContrastiveProblem(**{name: getattr(p, name) for name in fields}, round=round_index,
                                    negative_users=sent)
                 for p in super().problems(users, round_index)]
 
-    def client_step(self, problem: ContrastiveProblem) -> ClientResult:
+    def step(self, problem: LocalProblem) -> ClientResult:
+        """The views' item offsets (Eq. 8), then FedAvg's local step on Eq. 11."""
+        problem = cast(ContrastiveProblem, problem)
         user0 = self.private.user[problem.batch.users]  # [B, du]
         problem = dataclasses.replace(problem, item_offsets=self.item_views(problem, user0))
         return self.local_step(problem, user0)
@@ -289,14 +271,16 @@ class ContrastiveMethod(FederatedMethod):
             offsets.append(step * problem.item_mask.unsqueeze(-1))
         return offsets[0], offsets[1]
 
-    def local_loss(self, problem: ContrastiveProblem, user: torch.Tensor, item_table: torch.Tensor,
+    def local_loss(self, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
                    net: dict[str, torch.Tensor]) -> torch.Tensor:
         """Eq. 11 per client [B]: L_rec + λ1·L_uc + λ2·L_ic (+ α·L_uni, the proof of concept)."""
-        config = self.config
+        problem, config = cast(ContrastiveProblem, problem), self.config
         loss = super().local_loss(problem, user, item_table, net)
         if config.user_cl == "synthetic" and config.lambda_user:
             noise = uniform_views(user, problem.batch.users, self.view_seed(problem.round), config.eta)
-            loss = loss + config.lambda_user * user_contrastive(user, noise, problem.negative_users, config.tau)
+            synthetic = problem.negative_users
+            assert synthetic is not None, "user_cl=synthetic: the round's download carries the synthetic users"
+            loss = loss + config.lambda_user * user_contrastive(user, noise, synthetic, config.tau)
         if config.lambda_item and config.item_cl != "none":
             loss = loss + config.lambda_item * self.item_loss(problem, item_table)
         if config.uniformity_alpha:
@@ -305,10 +289,40 @@ class ContrastiveMethod(FederatedMethod):
 
     def item_loss(self, problem: ContrastiveProblem, item_table: torch.Tensor) -> torch.Tensor:
         """Eq. 10 on the two views of the client's positives (offsets from ``item_views``)."""
+        assert problem.item_offsets is not None, "the client step builds the item views before training"
         delta1, delta2 = problem.item_offsets
         view1 = slot_rows(item_table + delta1, problem.pos_slot)  # [B, P, di]
         view2 = slot_rows(item_table + delta2, problem.pos_slot)
         return item_contrastive(view1, view2, problem.batch.pos_mask, self.config.tau, self.config.loss_reduction)
+
+
+class ContrastiveMethod(FederatedMethod):
+    """The family's protocol: its client program (``ContrastiveClient``; UNION: its own) and server program
+    (``ContrastiveServer``; rCL4FedRec: its calibrating server), the synthetic users downloaded each round."""
+
+    client_program: ClassVar[type[ContrastiveClient]] = ContrastiveClient
+    server: ContrastiveServer
+    server_program: ClassVar[type[ContrastiveServer]] = ContrastiveServer  # rCL4FedRec: its calibrating server
+
+    def __init__(self, config: ContrastiveConfig, env):
+        check(config.synthetic_items <= env.n_items, "synthetic_items", config.synthetic_items,
+              f"at most the {env.n_items} items of the catalogue")
+        super().__init__(config, env)
+
+    @classmethod
+    def needs(cls, config: ContrastiveConfig) -> Needs:
+        return dataclasses.replace(super().needs(config), server_reads=frozenset({"item_popularity"}))
+
+    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> ContrastiveServer:
+        env = self.env
+        return self.server_program(public, self.config, env.backbone, statistics["item_popularity"], env.sim.seed)
+
+    def exchange(self, users: torch.Tensor, round_index: int, privacy: Privacy) -> Exchange:
+        """The round's clients download the synthetic users' embeddings (|U_syn|·d floats)."""
+        if self.config.user_cl != "synthetic":
+            return Exchange()
+        synthetic = self.server.synthetic  # [S, du]
+        return Exchange(sent=synthetic, bytes_down=float(synthetic.numel() * synthetic.element_size()))
 
     # -- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict:

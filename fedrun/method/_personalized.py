@@ -9,10 +9,11 @@ where ``fedrun info method=<option>`` shows them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar, cast
 
 import torch
 
-from fedrun.backbone.base import PublicParams
+from fedrun.backbone.base import PrivateParams, PublicParams
 from fedrun.defense.base import Defense
 from fedrun.errors import check, check_choice, check_positive
 from fedrun.kernels.batching import LocalProblem
@@ -20,12 +21,14 @@ from fedrun.kernels.local import LocalResult
 from fedrun.kernels.sampling import ClientSampler
 from fedrun.kernels.server_opt import ServerOptimizerConfig
 from fedrun.method._clusters import ClusterModels
-from fedrun.method._pseudo import PairPerturbationConfig, perturb_round
+from fedrun.method._pseudo import PairPerturbationConfig
 from fedrun.method._training import LocalTrainingConfig
+from fedrun.method.client import Client, ModelView
+from fedrun.method.context import GraphContext
 from fedrun.method.federated import Exchange, FederatedMethod, Needs
-from fedrun.method.server import OptimizerServer, Server
+from fedrun.method.server import OptimizerServer
 from fedrun.privacy.base import Privacy
-from fedrun.types import Aggregate, ClientBatch, RoundContext, Uploads
+from fedrun.types import Aggregate, RoundContext, Uploads
 
 
 @dataclass
@@ -78,57 +81,18 @@ class ClusterServer(OptimizerServer):
         return metrics
 
 
-class PersonalizedMethod(FederatedMethod):
-    """The family's protocol: cluster-proportional selection, the server's clusters and cluster models, the
-    clients' local representation, Eq. 6's mixture at prediction."""
+class PersonalizedClient(Client):
+    """The family's client program: FedAvg's (with the pseudo items and masking) from the global or its
+    cluster's downloaded model, the local representation it keeps, and Eq. 6's mixture at prediction.
+    ``clusters``: the server's user clusters and cluster models, as the clients download them."""
 
-    graph_backbones = True  # LightGCN over each client's ego graph (fedrun.kernels.ego)
-
-    def __init__(self, config: PersonalizedConfig, env):
-        super().__init__(config, env)
-        n_clients = int(self.round_clients().numel())
-        check(config.clusters <= n_clients, "method.clusters", config.clusters,
-              f"at most the {n_clients} clients with training data")
-        self.local_user = torch.zeros_like(self.private.user)  # client side: the local model's representation
+    def __init__(self, config: PersonalizedConfig, env, private: PrivateParams, view: ModelView,
+                 clusters: ClusterModels):
+        super().__init__(config, env, private, view)
+        self.clusters = clusters
+        self.local_user = torch.zeros_like(private.user)  # the local model's representation
         self.has_local = torch.zeros(env.n_users, dtype=torch.bool, device=env.device)
-
-    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> Server:
-        clusters = ClusterModels(self.config.clusters, self.env.sim.seed, self.config.clustering)
-        return ClusterServer(public, self.config.server_optimizer, clusters)
-
-    @property
-    def clusters(self) -> ClusterModels:
-        """The server's user clusters and cluster models: what the round's clients download (their
-        cluster's table) and how the server selects them."""
-        return self.server.clusters
-
-    @classmethod
-    def needs(cls, config: PersonalizedConfig) -> Needs:
-        why = "its cluster models take the aggregate of each cluster's members, which fabricated clients are not"
-        return Needs(no_attack=why, user_contexts=frozenset({"graph"}))
-
-    # -- the round ---------------------------------------------------------------------------------
-    def prepare_batch(self, batch: ClientBatch, round_index: int) -> ClientBatch:
-        return perturb_round(batch, self.config, self.env.n_items, self.env.sim.seed, round_index)
-
-    def round_users(self, sampler: ClientSampler, round_index: int) -> torch.Tensor:
-        if self.config.selection == "cluster" and self.clusters.ready:
-            return self.clusters.select(sampler.clients, sampler.per_round, round_index)
-        return sampler.users(round_index)
-
-    def exchange(self, users: torch.Tensor, round_index: int, privacy: Privacy) -> Exchange:
-        exchange = super().exchange(users, round_index, privacy)
-        start, every = self.first_cluster_round(), self.config.recluster_every
-        if round_index >= start and (round_index - start) % every == 0:
-            self.clusters.fit(self.context.ego.directory.shared, self.round_clients(), self.public.item, round_index)
-        if not self.clusters.ready:
-            return exchange
-        sizes = self.clusters.sizes(self.round_clients()).float()
-        metrics = {"cluster_size_min": float(sizes.min()), "cluster_size_max": float(sizes.max())}
-        return Exchange(exchange.sent, exchange.bytes_up, exchange.bytes_down, {**exchange.metrics, **metrics})
-
-    def first_cluster_round(self) -> int:
-        return self.config.cluster_from
+        self._cluster_tables: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def download_rows(self, problem: LocalProblem) -> torch.Tensor:
         if self.config.train_from == "global" or not self.clusters.ready:
@@ -167,7 +131,6 @@ class PersonalizedMethod(FederatedMethod):
 
     def _score(self, users: torch.Tensor, items: torch.Tensor | None) -> torch.Tensor:
         """Scores [U, I] (or [U] for the pairs ``items``) of Eq. 6's mixture."""
-        self.ensure_prepared()
         w = self.mixture(users)  # [U, 3]
         user_g, item_g = self.context.tables
 
@@ -191,12 +154,76 @@ class PersonalizedMethod(FederatedMethod):
 
     # -- state -----------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "clusters": self.clusters.state_dict(), "local_user": self.local_user,
-                "has_local": self.has_local}
+        return {**super().state_dict(), "local_user": self.local_user, "has_local": self.has_local}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        with torch.no_grad():
+            self.local_user.copy_(state["local_user"])
+            self.has_local.copy_(state["has_local"])
+
+
+class PersonalizedMethod(FederatedMethod):
+    """The family's protocol: its client program (``PersonalizedClient``) and server program
+    (``ClusterServer``), cluster-proportional selection, the server's k-means on the shared embeddings."""
+
+    graph_backbones = True  # LightGCN over each client's ego graph (fedrun.kernels.ego)
+    client_program: ClassVar[type[PersonalizedClient]] = PersonalizedClient  # PerFedRec++: its pre-training
+
+    def __init__(self, config: PersonalizedConfig, env):
+        super().__init__(config, env)
+        n_clients = int(self.round_clients().numel())
+        check(config.clusters <= n_clients, "method.clusters", config.clusters,
+              f"at most the {n_clients} clients with training data")
+
+    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> ClusterServer:
+        clusters = ClusterModels(self.config.clusters, self.env.sim.seed, self.config.clustering)
+        return ClusterServer(public, self.config.server_optimizer, clusters)
+
+    def make_client(self, private: PrivateParams) -> PersonalizedClient:
+        return self.client_program(self.config, self.env, private, self.server, self.clusters)
+
+    @property
+    def clusters(self) -> ClusterModels:
+        """The server's user clusters and cluster models: what the round's clients download (their
+        cluster's table) and how the server selects them."""
+        return cast(ClusterServer, self.server).clusters
+
+    @classmethod
+    def needs(cls, config: PersonalizedConfig) -> Needs:
+        why = "its cluster models take the aggregate of each cluster's members, which fabricated clients are not"
+        return Needs(no_attack=why, user_contexts=frozenset({"graph"}))
+
+    # -- the round ---------------------------------------------------------------------------------
+    def round_users(self, sampler: ClientSampler, round_index: int) -> torch.Tensor:
+        if self.config.selection == "cluster" and self.clusters.ready:
+            return self.clusters.select(sampler.clients, sampler.per_round, round_index)
+        return sampler.users(round_index)
+
+    def exchange(self, users: torch.Tensor, round_index: int, privacy: Privacy) -> Exchange:
+        """The clients refresh their shared embeddings (the graph context's exchange); the server refits its
+        clusters on the shared embeddings every ``recluster_every`` rounds from ``first_cluster_round``."""
+        exchange = super().exchange(users, round_index, privacy)
+        start, every = self.first_cluster_round(), self.config.recluster_every
+        if round_index >= start and (round_index - start) % every == 0:
+            self.clusters.fit(self.shared_embeddings(), self.round_clients(), self.public.item, round_index)
+        if not self.clusters.ready:
+            return exchange
+        sizes = self.clusters.sizes(self.round_clients()).float()
+        metrics = {"cluster_size_min": float(sizes.min()), "cluster_size_max": float(sizes.max())}
+        return Exchange(exchange.sent, exchange.bytes_up, exchange.bytes_down, {**exchange.metrics, **metrics})
+
+    def shared_embeddings(self) -> torch.Tensor:
+        """[U, d] the embeddings the clients share (protected, FedGNN §3.3): what the server clusters."""
+        return cast(GraphContext, self.client.context).ego.directory.shared
+
+    def first_cluster_round(self) -> int:
+        return self.config.cluster_from
+
+    # -- state -----------------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "clusters": self.clusters.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.clusters.load_state_dict(state["clusters"])
-        with torch.no_grad():
-            self.local_user.copy_(state["local_user"])
-            self.has_local.copy_(state["has_local"])

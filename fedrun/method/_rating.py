@@ -20,13 +20,14 @@ from typing import cast
 
 import torch
 
+from fedrun.backbone.base import PrivateParams
 from fedrun.core.seeding import derive_seed
 from fedrun.data.negatives import sample_unrated
 from fedrun.errors import check, check_fraction, check_positive
 from fedrun.kernels.batching import LocalProblem, local_problem
 from fedrun.kernels.env import RunEnv
 from fedrun.kernels.local import slot_rows
-from fedrun.method.federated import ClientResult
+from fedrun.method.client import Client, ClientResult, ModelView
 from fedrun.privacy.audit import MembershipAudit
 from fedrun.types import ClientBatch, Uploads
 
@@ -140,6 +141,22 @@ class RatingStep:
             error = (ratings - torch.einsum("bd,bpd->bp", local, rated)) * mask
             local = local - lr * user_gradient(local, rated, error, n_rated, lam)
         return torch.einsum("bd,bkd->bk", local, sampled)
+
+
+class RatingClient(Client):
+    """The rating methods' client program: ``RatingStep`` on the private rows and the downloaded item table
+    (FedRec, FedMF; FedRec++ adds its relay)."""
+
+    def __init__(self, config: RatingConfig, env: RunEnv, private: PrivateParams, view: ModelView,
+                 abstains: torch.Tensor | None = None):
+        super().__init__(config, env, private, view)
+        self.rating = RatingStep(config, env, abstains)
+
+    def problems(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None) -> list[LocalProblem]:
+        return self.rating.problems(users, round_index)
+
+    def step(self, problem: LocalProblem) -> ClientResult:
+        return self.rating.step(problem, self.private.user, self.public.item)[0]
 
 
 def user_gradient(user: torch.Tensor, rated: torch.Tensor, error: torch.Tensor, n_rated: torch.Tensor,

@@ -9,12 +9,13 @@ where ``fedrun info method=<option>`` shows them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import torch
 
-from fedrun.backbone.base import PublicParams
+from fedrun.backbone.base import PrivateParams, PublicParams
 from fedrun.backbone.losses import example_sq_norms, mean_l2
+from fedrun.backbone.sequential import SequenceView, SequentialBackbone
 from fedrun.core import hashrng
 from fedrun.core.seeding import derive_seed, generator
 from fedrun.data.negatives import sample_client_negatives
@@ -25,6 +26,7 @@ from fedrun.kernels.local import ClientOptimizer, slot_rows
 from fedrun.kernels.rows import gather_rows
 from fedrun.kernels.server_opt import ServerOptimizerConfig
 from fedrun.method import fedsgd
+from fedrun.method.client import Client, ModelView
 from fedrun.method.federated import Exchange, FederatedMethod, Needs
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.privacy.base import Privacy
@@ -82,16 +84,14 @@ def mixup_loss(pos: torch.Tensor, mask: torch.Tensor, local: torch.Tensor | None
     return (per_positive * weight).sum(1) / weight.sum(1).clamp_min(1)
 
 
-class RetrievalMethod(FederatedMethod):
-    """The family's protocol: the user-embedding exchange and the server's semi-hard negatives, the local
-    negative store, Eq. 1 on the client (``local_loss``; BIL: its own), the FedSGD pass."""
+class RetrievalClient(Client):
+    """The family's client program: its user embedding inferred and uploaded for the exchange, the local
+    negative store, Eq. 1 over local, in-batch and semi-hard negatives (``local_loss``; BIL: its own)."""
 
-    unpadded_fast_path: ClassVar[bool] = True  # local_loss is Eq. 1 per positive (subclasses may differ)
-    needs_negatives = True  # Eq. 1 is a softmax over the positive and its negatives
-    has_fedsgd_path = True
+    needs_negatives: ClassVar[bool] = True  # Eq. 1 is a softmax over the positive and its negatives
 
-    def __init__(self, config: RetrievalConfig, env):
-        super().__init__(config, env)
+    def __init__(self, config: RetrievalConfig, env, private: PrivateParams, view: ModelView):
+        super().__init__(config, env, private, view)
         backbone = env.backbone
         check(backbone.config.loss != "mse", "backbone.loss", "mse", "a ranking loss: FedCL is contrastive")
         per_position = self.context.per_position  # a sequence: the user is a different query at each position
@@ -104,66 +104,16 @@ class RetrievalMethod(FederatedMethod):
               "> 0, or local_negatives > 0, or in-batch negatives: the softmax needs negatives")
         self.n_local, self.n_semi = config.local_negatives, config.semi_hard
         self.num_negatives = self.n_local  # slots per positive beyond itself, for bucketing
-        self.hard_server = None
-        if self.n_semi:
-            n_clients = int(env.clients_with_data().numel())
-            check(config.clustering == "none" or config.n_clusters <= n_clients, "method.n_clusters",
-                  config.n_clusters, f"at most the {n_clients} clients with training data")
-            check(config.semi_hard <= env.n_items, "method.semi_hard", config.semi_hard,
-                  f"at most the catalogue's {env.n_items} items")
-            self.hard_server = HardNegativeServer(config, backbone, env.n_users, self.context.query_width, env.sim.seed,
-                                                  env.device)
-        self.embedding_uploads = torch.zeros(env.n_users, dtype=torch.int64, device=env.device)
 
-    @classmethod
-    def needs(cls, config: RetrievalConfig) -> Needs:
-        return Needs(user_contexts=frozenset({"ids", "sequence"}))
-
-    @classmethod
-    def l2_step_lr(cls, config: RetrievalConfig) -> float | None:
-        """Each positive's L2 holds ‖u‖² and the loss is their mean (Eq. 1), so a plain-SGD step shrinks u
-        by 2·lr·l2 through it: at the default lr 10, l2 must stay under .05."""
-        return config.optimizer.private_lr if config.optimizer.is_plain_sgd else None
-
-    @classmethod
-    def shares_embeddings(cls, config: RetrievalConfig) -> bool:
-        return config.semi_hard > 0
-
-    def describe(self) -> dict:
-        return {"in_batch_negatives": self.in_batch}
-
-    def clear_private_uploads(self, privacy: Privacy) -> list[str]:
-        """The exchange uploads every sampled client's user embedding (§3.1): in the clear unless the privacy
-        mechanism covers ``user_embedding`` (the paper's LDP)."""
-        return ["user_embedding"] if self.hard_server is not None and "user_embedding" not in privacy.targets else []
-
-    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> Server:
-        return OptimizerServer(public, self.config.server_optimizer)
-
-    # -- client side: infer and upload the user embedding ------------------------------------
     def user_embeddings(self, users: torch.Tensor) -> torch.Tensor:
         """[B] → each client's user embedding: its private row [B, du] (ID-based), or the query
         its training history infers under the public model [B, d] (sequential, §3.1)."""
-        return self.user_queries(users, [self.env.train])
+        return self.queries(users, [self.env.train])
 
     def upload_embeddings(self, users: torch.Tensor, round_index: int, privacy: Privacy) -> EmbeddingUploads:
+        """The exchange's upload (§3.1): each client's user embedding, through the privacy mechanism for them."""
         gen = generator(self.env.sim.seed, "embedding-privacy", round_index, self.env.device)
-        vectors = privacy.privatize_embeddings(self.user_embeddings(users), gen)
-        self.embedding_uploads[users] += 1
-        return EmbeddingUploads(users, vectors)
-
-    # -- the round: embeddings up, semi-hard negatives down (before local training) ----------------
-    def exchange(self, users: torch.Tensor, round_index: int, privacy: Privacy) -> Exchange:
-        if self.hard_server is None:  # the "+Fed" row: no exchange
-            return Exchange()
-        embeddings = self.upload_embeddings(users, round_index, privacy)
-        self.hard_server.receive(embeddings, round_index)  # server side: uploads only
-        hard = self.hard_server.negatives(users, self.public, round_index)  # [B, T] sent to the clients
-        metrics = {"cluster_seconds_total": self.hard_server.cluster_seconds}
-        epsilon = privacy.epsilon_per_upload(embeddings.vectors.shape[1])
-        if epsilon is not None and "user_embedding" in privacy.targets:
-            metrics["epsilon_spent_max"] = float(self.embedding_uploads.max()) * epsilon
-        return Exchange(hard, embeddings.nbytes_per_client(), 4.0 * self.n_semi, metrics)  # T int32 item ids
+        return EmbeddingUploads(users, privacy.privatize_embeddings(self.user_embeddings(users), gen))
 
     def problems(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None) -> list[LocalProblem]:
         """Buckets of clients, each with its local negatives per positive [B, P, n] and the
@@ -206,11 +156,140 @@ class RetrievalMethod(FederatedMethod):
         picks = hashrng.randint(seed, [user, slot], self.config.local_store).view(-1, n)  # [R, n]
         return store[owner.unsqueeze(1), picks]
 
+    def local_loss(self, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
+                   net: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Eq. 1 for every client of the bucket, scored with each client's local copies → [B]."""
+        if problem.sequence is not None:
+            return self.sequence_loss(problem, item_table, net)
+        B = item_table.shape[0]
+        P = problem.pos_slot.shape[1]
+        slots = [problem.pos_slot]
+        if self.n_local:
+            slots.append(cast(torch.Tensor, problem.neg_slot).reshape(B, -1))  # [B, P·n]: n_local > 0 draws them
+        if self.n_semi:
+            slots.append(cast(torch.Tensor, problem.extra_slot))  # [B, T]: the semi-hard negatives sent
+        rows = slot_rows(item_table, torch.cat(slots, 1))  # [B, S, di]
+        scores = self.env.backbone.score(user, rows, net)  # [B, S]
+        pos = scores[:, :P]
+        local = scores[:, P: P + P * self.n_local].view(B, P, self.n_local) if self.n_local else None
+        semi = scores[:, P + P * self.n_local:] if self.n_semi else None
+        loss = mixup_loss(pos, problem.batch.pos_mask, local, semi, self.semi_valid(problem), None)
+        l2 = self.env.backbone.config.l2
+        if not l2:
+            return loss
+        sq_norms = example_sq_norms(user, rows[:, :P * (1 + self.n_local)], P)  # [B, P]
+        return loss + mean_l2(l2, sq_norms, problem.batch.pos_mask)
+
+    def semi_valid(self, problem: LocalProblem) -> torch.Tensor | None:
+        """[B, T] which semi-hard negatives count: not the client's own positives (``exclude_positives``)."""
+        if not (self.n_semi and self.config.exclude_positives):
+            return None
+        mask = problem.batch.pos_mask
+        B, P = mask.shape
+        is_positive = torch.zeros_like(problem.item_mask)  # [B, Lu]
+        owner = torch.arange(B, device=mask.device).unsqueeze(1).expand(B, P)
+        is_positive[owner[mask], problem.pos_slot[mask]] = True
+        return ~is_positive.gather(1, cast(torch.Tensor, problem.extra_slot))
+
+    def sequence_queries(self, problem: LocalProblem, item_table: torch.Tensor,
+                         net: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sequential backbones → (the query predicting each position [B, P, d], the sequence's rows [B, P, d])."""
+        rows = slot_rows(item_table, problem.pos_slot)  # [B, P, d]
+        backbone = cast(SequentialBackbone, self.env.backbone)  # a sequence context's backbone
+        return backbone.encode(rows, problem.batch.pos_mask, cast(SequenceView, problem.sequence), net), rows
+
+    def sequence_loss(self, problem: LocalProblem, item_table: torch.Tensor,
+                      net: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Eq. 1 with a query per target position (§3.2): its positive, its local negatives, the
+        client's semi-hard negatives and, in-batch, the client's other items."""
+        sequence = problem.sequence
+        assert sequence is not None, "a sequence context's problems carry their positions"
+        queries, rows = self.sequence_queries(problem, item_table, net)
+        B, P, d = rows.shape
+        pos = (queries * rows).sum(-1)  # [B, P]
+        local = semi = in_batch = None
+        if self.n_local:
+            neg_slot = cast(torch.Tensor, problem.neg_slot).reshape(B, -1)  # [B, P·n]
+            negatives = slot_rows(item_table, neg_slot).view(B, P, self.n_local, d)
+            local = torch.einsum("bpd,bpnd->bpn", queries, negatives)
+        if self.n_semi:
+            sent = slot_rows(item_table, cast(torch.Tensor, problem.extra_slot))  # [B, T, d]
+            semi = torch.einsum("bpd,btd->bpt", queries, sent)  # [B, P, T]
+        if self.in_batch:
+            slot, mask = problem.pos_slot, problem.batch.pos_mask
+            others = mask.unsqueeze(1) & (slot.unsqueeze(2) != slot.unsqueeze(1))  # not j's own item, not padding
+            if self.config.in_batch_scope == "past":  # [P, P]: k < p, the items seen before target p
+                others = others & torch.ones(P, P, dtype=torch.bool, device=slot.device).tril(-1)
+            in_batch = torch.einsum("bpd,bkd->bpk", queries, rows).masked_fill(~others, float("-inf"))
+        return mixup_loss(pos, sequence.target, local, semi, self.semi_valid(problem), in_batch)
+
+
+class RetrievalMethod(FederatedMethod):
+    """The family's protocol: its client program (``RetrievalClient``; BIL: its own), the user-embedding
+    exchange with the server's semi-hard negatives, the FedSGD pass."""
+
+    client_program: ClassVar[type[RetrievalClient]] = RetrievalClient
+    unpadded_fast_path: ClassVar[bool] = True  # local_loss is Eq. 1 per positive (subclasses may differ)
+    has_fedsgd_path = True
+    client: RetrievalClient
+
+    def __init__(self, config: RetrievalConfig, env):
+        super().__init__(config, env)
+        self.hard_server = None
+        if config.semi_hard:
+            n_clients = int(env.clients_with_data().numel())
+            check(config.clustering == "none" or config.n_clusters <= n_clients, "method.n_clusters",
+                  config.n_clusters, f"at most the {n_clients} clients with training data")
+            check(config.semi_hard <= env.n_items, "method.semi_hard", config.semi_hard,
+                  f"at most the catalogue's {env.n_items} items")
+            self.hard_server = HardNegativeServer(config, env.backbone, env.n_users, self.client.context.query_width,
+                                                  env.sim.seed, env.device)
+        self.embedding_uploads = torch.zeros(env.n_users, dtype=torch.int64, device=env.device)
+
+    @classmethod
+    def needs(cls, config: RetrievalConfig) -> Needs:
+        return Needs(user_contexts=frozenset({"ids", "sequence"}))
+
+    @classmethod
+    def l2_step_lr(cls, config: RetrievalConfig) -> float | None:
+        """Each positive's L2 holds ‖u‖² and the loss is their mean (Eq. 1), so a plain-SGD step shrinks u
+        by 2·lr·l2 through it: at the default lr 10, l2 must stay under .05."""
+        return config.optimizer.private_lr if config.optimizer.is_plain_sgd else None
+
+    @classmethod
+    def shares_embeddings(cls, config: RetrievalConfig) -> bool:
+        return config.semi_hard > 0
+
+    def describe(self) -> dict:
+        return {"in_batch_negatives": self.client.in_batch}
+
+    def clear_private_uploads(self, privacy: Privacy) -> list[str]:
+        """The exchange uploads every sampled client's user embedding (§3.1): in the clear unless the privacy
+        mechanism covers ``user_embedding`` (the paper's LDP)."""
+        return ["user_embedding"] if self.hard_server is not None and "user_embedding" not in privacy.targets else []
+
+    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> Server:
+        return OptimizerServer(public, self.config.server_optimizer)
+
+    # -- the round: embeddings up, semi-hard negatives down (before local training) ----------------
+    def exchange(self, users: torch.Tensor, round_index: int, privacy: Privacy) -> Exchange:
+        if self.hard_server is None:  # the "+Fed" row: no exchange
+            return Exchange()
+        embeddings = self.client.upload_embeddings(users, round_index, privacy)
+        self.embedding_uploads[users] += 1
+        self.hard_server.receive(embeddings, round_index)  # server side: uploads only
+        hard = self.hard_server.negatives(users, self.public, round_index)  # [B, T] sent to the clients
+        metrics = {"cluster_seconds_total": self.hard_server.cluster_seconds}
+        epsilon = privacy.epsilon_per_upload(embeddings.vectors.shape[1])
+        if epsilon is not None and "user_embedding" in privacy.targets:
+            metrics["epsilon_spent_max"] = float(self.embedding_uploads.max()) * epsilon
+        return Exchange(hard, embeddings.nbytes_per_client(), 4.0 * self.client.n_semi, metrics)  # T int32 item ids
+
     # -- FedSGD fast path ------------------------------------------------------------------------
     def fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None, rule: Defense):
         """The round as one FedSGD pass (``FedSGDPass``) under the linear ``rule``: unpadded for Eq. 1
         on ID-based backbones, per bucket otherwise. Same draws and same model as the general path."""
-        if not self.context.per_example or not self.unpadded_fast_path:
+        if not self.client.context.per_example or not self.unpadded_fast_path:
             return self.bucketed_fast_round(users, round_index, sent, rule)
         return self.unpadded_fast_round(users, round_index, sent, rule)
 
@@ -219,20 +298,20 @@ class RetrievalMethod(FederatedMethod):
         each positive e is scored against its local negatives and its client's semi-hard
         negatives ``sent`` [B, T] (scored once per client in a chunk), with no per-client copies
         of the shared weights and no padding to the round's largest client."""
-        env, B = self.env, users.numel()
+        env, client, B = self.env, self.client, users.numel()
         owner, position, items, _ = env.train.flat(users)  # [N] each
         sizes = env.train.sizes(users).to(self.public.item.dtype)  # [B]
         candidates = items.unsqueeze(1)  # [N, 1 + n]: the positive, then its local negatives
-        if self.n_local:
-            store = self.local_store(env.train.client_batch(users))  # [B, S]
-            local = self.store_picks(store, users, owner, position, round_index)
+        if client.n_local:
+            store = client.local_store(env.train.client_batch(users))  # [B, S]
+            local = client.store_picks(store, users, owner, position, round_index)
             candidates = torch.cat([candidates, local], 1)
         keys = [(owner.unsqueeze(1) * env.n_items + candidates).reshape(-1)]
         if sent is not None:
             sent_keys = torch.arange(B, device=users.device).unsqueeze(1) * env.n_items + sent  # [B, T]
             keys.append(sent_keys.reshape(-1))
         pairs, pair_of = torch.unique(torch.cat(keys), return_inverse=True)
-        step = fedsgd.leaves(users, pairs, sizes, rule, self.public, self.private.user, env.n_items)
+        step = fedsgd.leaves(users, pairs, sizes, rule, self.public, client.private.user, env.n_items)
         n_scored = candidates.numel()
         example_pair = pair_of[:n_scored].view_as(candidates)  # [N, 1 + n]
         semi_valid = None
@@ -256,83 +335,22 @@ class RetrievalMethod(FederatedMethod):
                                           gather_rows(step.item, step.row_of_pair[sent_pair[clients]]),
                                           step.net)[client_of]  # [n, T]
                 valid = None if semi_valid is None else semi_valid[chunk_owner]
-            local = scores[:, 1:].unsqueeze(1) if self.n_local else None  # [n, 1, n_local]
+            local = scores[:, 1:].unsqueeze(1) if client.n_local else None  # [n, 1, n_local]
             ones = torch.ones(chunk.numel(), 1, dtype=torch.bool, device=chunk.device)
             loss = mixup_loss(scores[:, :1], ones, local, semi, valid, None)  # [n]
             return loss + l2 * example_sq_norms(user, rows, 1)[:, 0] if l2 else loss
 
         losses = fedsgd.over_examples(step, owner, sizes, width, example_loss, env.sim.max_slots)  # [B]: Eq. 1
-        return fedsgd.result(step, losses, self.config.optimizer, self.private.user)
+        return fedsgd.result(step, losses, self.config.optimizer, client.private.user)
 
     def bucketed_fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None, rule: Defense):
         """The general path's buckets and ``local_loss`` as one FedSGD pass per bucket (``fedsgd.over_buckets``:
         sequential backbones, BIL)."""
-        problems = self.problems(users, round_index, sent)
-        step, losses = fedsgd.over_buckets(problems, rule, self.public, self.private.user, self.env.n_items,
-                                           self.local_loss)
-        return fedsgd.result(step, losses, self.config.optimizer, self.private.user)
-
-    def local_loss(self, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
-                   net: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Eq. 1 for every client of the bucket, scored with each client's local copies → [B]."""
-        if problem.sequence is not None:
-            return self.sequence_loss(problem, item_table, net)
-        B = item_table.shape[0]
-        P = problem.pos_slot.shape[1]
-        slots = [problem.pos_slot]
-        if self.n_local:
-            slots.append(problem.neg_slot.reshape(B, -1))
-        if self.n_semi:
-            slots.append(problem.extra_slot)  # [B, T]
-        rows = slot_rows(item_table, torch.cat(slots, 1))  # [B, S, di]
-        scores = self.env.backbone.score(user, rows, net)  # [B, S]
-        pos = scores[:, :P]
-        local = scores[:, P: P + P * self.n_local].view(B, P, self.n_local) if self.n_local else None
-        semi = scores[:, P + P * self.n_local:] if self.n_semi else None
-        loss = mixup_loss(pos, problem.batch.pos_mask, local, semi, self.semi_valid(problem), None)
-        l2 = self.env.backbone.config.l2
-        if not l2:
-            return loss
-        sq_norms = example_sq_norms(user, rows[:, :P * (1 + self.n_local)], P)  # [B, P]
-        return loss + mean_l2(l2, sq_norms, problem.batch.pos_mask)
-
-    def semi_valid(self, problem: LocalProblem) -> torch.Tensor | None:
-        """[B, T] which semi-hard negatives count: not the client's own positives (``exclude_positives``)."""
-        if not (self.n_semi and self.config.exclude_positives):
-            return None
-        mask = problem.batch.pos_mask
-        B, P = mask.shape
-        is_positive = torch.zeros_like(problem.item_mask)  # [B, Lu]
-        owner = torch.arange(B, device=mask.device).unsqueeze(1).expand(B, P)
-        is_positive[owner[mask], problem.pos_slot[mask]] = True
-        return ~is_positive.gather(1, problem.extra_slot)
-
-    def sequence_queries(self, problem: LocalProblem, item_table: torch.Tensor,
-                         net: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sequential backbones → (the query predicting each position [B, P, d], the sequence's rows [B, P, d])."""
-        rows = slot_rows(item_table, problem.pos_slot)  # [B, P, d]
-        return self.env.backbone.encode(rows, problem.batch.pos_mask, problem.sequence, net), rows
-
-    def sequence_loss(self, problem: LocalProblem, item_table: torch.Tensor,
-                      net: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Eq. 1 with a query per target position (§3.2): its positive, its local negatives, the
-        client's semi-hard negatives and, in-batch, the client's other items."""
-        queries, rows = self.sequence_queries(problem, item_table, net)
-        B, P, d = rows.shape
-        pos = (queries * rows).sum(-1)  # [B, P]
-        local = semi = in_batch = None
-        if self.n_local:
-            negatives = slot_rows(item_table, problem.neg_slot.reshape(B, -1)).view(B, P, self.n_local, d)
-            local = torch.einsum("bpd,bpnd->bpn", queries, negatives)
-        if self.n_semi:
-            semi = torch.einsum("bpd,btd->bpt", queries, slot_rows(item_table, problem.extra_slot))  # [B, P, T]
-        if self.in_batch:
-            slot, mask = problem.pos_slot, problem.batch.pos_mask
-            others = mask.unsqueeze(1) & (slot.unsqueeze(2) != slot.unsqueeze(1))  # not j's own item, not padding
-            if self.config.in_batch_scope == "past":  # [P, P]: k < p, the items seen before target p
-                others = others & torch.ones(P, P, dtype=torch.bool, device=slot.device).tril(-1)
-            in_batch = torch.einsum("bpd,bkd->bpk", queries, rows).masked_fill(~others, float("-inf"))
-        return mixup_loss(pos, problem.sequence.target, local, semi, self.semi_valid(problem), in_batch)
+        client = self.client
+        problems = client.problems(users, round_index, sent)
+        step, losses = fedsgd.over_buckets(problems, rule, self.public, client.private.user, self.env.n_items,
+                                           client.local_loss)
+        return fedsgd.result(step, losses, self.config.optimizer, client.private.user)
 
     # -- state -------------------------------------------------------------------------------
     def state_dict(self) -> dict:

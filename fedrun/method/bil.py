@@ -36,19 +36,20 @@ Open points and choices (each a config field, logged):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, cast
 
 import torch
 import torch.nn.functional as F
 
-from fedrun.backbone.base import PublicParams
+from fedrun.backbone.base import PrivateParams, PublicParams
 from fedrun.backbone.mf import MF
 from fedrun.data.client_store import ClientStore
 from fedrun.errors import ConfigError, check_choice, check_positive
 from fedrun.kernels.batching import LocalProblem
 from fedrun.kernels.local import slot_rows
 from fedrun.kernels.server_opt import ServerOptimizerConfig
-from fedrun.method._retrieval import RetrievalConfig, RetrievalMethod
+from fedrun.method._retrieval import RetrievalClient, RetrievalConfig, RetrievalMethod
+from fedrun.method.client import ModelView
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.types import Aggregate, RoundContext
 
@@ -111,29 +112,18 @@ class SpreadOutServer(OptimizerServer):
         return {}
 
 
-class BIL(RetrievalMethod):
-    Config = BILConfig
-    needs_negatives = False
-    unpadded_fast_path = False  # the unpadded pass computes Eq. 1: BIL takes the bucketed one
-    unread = {"backbone.l2": "its loss is the hinge on the positives' similarity and the server's spread-out "
-                             "term, with no L2"}
+class BILClient(RetrievalClient):
+    """FedCL's client program with the positives-only loss, ranking by the similarity it trained."""
 
-    def __init__(self, config: BILConfig, env):
-        super().__init__(config, env)
+    needs_negatives = False
+
+    def __init__(self, config: BILConfig, env, private: PrivateParams, view: ModelView):
+        super().__init__(config, env, private, view)
         inner_product = isinstance(env.backbone, MF)  # MF, GRU4Rec, BERT4Rec: score = ⟨q, v⟩
         if config.similarity == "cosine" and not inner_product:
             raise ConfigError("method.similarity", "cosine", f"score or auto for {type(env.backbone).__name__}: "
                               "its score is not an inner product, so it has no cosine")
         self.cosine = config.similarity == "cosine" or (config.similarity == "auto" and inner_product)
-
-    def describe(self) -> dict:
-        return {**super().describe(), "bil_similarity": "cosine" if self.cosine else "score"}
-
-    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> Server:
-        config = self.config
-        if not config.spread_weight:  # positives alone: no regulariser gradient to compute each round
-            return OptimizerServer(public, config.server_optimizer)
-        return SpreadOutServer(public, config.server_optimizer, config.optimizer.lr * config.spread_weight)
 
     def local_loss(self, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
                    net: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -158,8 +148,7 @@ class BIL(RetrievalMethod):
 
     @torch.no_grad()
     def score_users(self, users: torch.Tensor, history: Sequence[ClientStore] = ()) -> torch.Tensor:
-        self.ensure_prepared()
-        queries = self.user_queries(users, history)
+        queries = self.queries(users, history)
         if self.cosine:
             queries = F.normalize(queries, dim=1)
         return self.env.backbone.score_full(queries, self.ranking_items(), self.public.net)
@@ -167,10 +156,26 @@ class BIL(RetrievalMethod):
     @torch.no_grad()
     def score_pairs(self, users: torch.Tensor, items: torch.Tensor,
                     history: Sequence[ClientStore] = ()) -> torch.Tensor:
-        self.ensure_prepared()
         distinct, index = torch.unique(users, return_inverse=True)
-        queries = self.user_queries(distinct, history)  # [U', d]: the encoder reads the raw rows
+        queries = self.queries(distinct, history)  # [U', d]: the encoder reads the raw rows
         if self.cosine:
             queries = F.normalize(queries, dim=1)
         rows = self.ranking_items()[items].unsqueeze(1)  # [N, 1, d]
         return self.env.backbone.score(queries[index], rows, self.public.net)[:, 0]
+
+
+class BIL(RetrievalMethod):
+    Config = BILConfig
+    client_program = BILClient
+    unpadded_fast_path = False  # the unpadded pass computes Eq. 1: BIL takes the bucketed one
+    unread = {"backbone.l2": "its loss is the hinge on the positives' similarity and the server's spread-out "
+                             "term, with no L2"}
+
+    def describe(self) -> dict:
+        return {**super().describe(), "bil_similarity": "cosine" if cast(BILClient, self.client).cosine else "score"}
+
+    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> Server:
+        config = self.config
+        if not config.spread_weight:  # positives alone: no regulariser gradient to compute each round
+            return OptimizerServer(public, config.server_optimizer)
+        return SpreadOutServer(public, config.server_optimizer, config.optimizer.lr * config.spread_weight)

@@ -134,7 +134,7 @@ class FCF(FederatedMethod):
         losses = []
         for _, batch in env.client_batches(users, gram.shape[0]):
             solved = self.solve(batch, gram)
-            self.private.user[batch.users] = solved.user  # stays on the client
+            self.client.private.user[batch.users] = solved.user  # stays on the client
             user_gram += solved.user.T @ solved.user
             client, column = batch.pos_mask.nonzero(as_tuple=True)
             upload_sum.index_add_(0, batch.pos[client, column],

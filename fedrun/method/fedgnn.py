@@ -22,15 +22,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedrun.method._pseudo import PairPerturbationConfig, perturb_round
+from fedrun.method._pseudo import PairPerturbationConfig
 from fedrun.method._training import LocalTrainingConfig
 from fedrun.method.federated import FederatedMethod
-from fedrun.types import ClientBatch
 
 
 @dataclass
 class FedGNNConfig(PairPerturbationConfig, LocalTrainingConfig):
-    """FedAvg's local training (``fedrun.method._training``) and the pseudo items (``fedrun.method._pseudo``)."""
+    """FedAvg's local training (``fedrun.method._training``) and the pseudo items (``fedrun.method._pseudo``), which
+    the default client program (``fedrun.method.client``) runs: FedGNN's client is FedAvg's with them."""
 
 
 class FedGNN(FederatedMethod):
@@ -41,9 +41,6 @@ class FedGNN(FederatedMethod):
     @classmethod
     def offers(cls, config: FedGNNConfig) -> frozenset[str]:
         return frozenset({"model_view", "client_step"})
-
-    def prepare_batch(self, batch: ClientBatch, round_index: int) -> ClientBatch:
-        return perturb_round(batch, self.config, self.env.n_items, self.env.sim.seed, round_index)
 
     def fedsgd_exact(self) -> bool:
         """The FedSGD pass trains the stored pairs: exact only when no pair is replaced or masked."""

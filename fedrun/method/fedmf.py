@@ -33,11 +33,10 @@ import torch
 
 from fedrun.backbone.base import PublicParams
 from fedrun.errors import check, check_choice
-from fedrun.kernels.batching import LocalProblem
 from fedrun.kernels.rows import LOCAL, RowReducer
 from fedrun.kernels.server_opt import ServerOptimizerConfig
-from fedrun.method._rating import UNREAD, RatingConfig, RatingStep, upload_audit
-from fedrun.method.federated import ClientResult, FederatedMethod, Needs, Traffic
+from fedrun.method._rating import UNREAD, RatingClient, RatingConfig, upload_audit
+from fedrun.method.federated import FederatedMethod, Needs, Traffic
 from fedrun.method.rating_scale import require_rating_model
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.privacy.paillier import PaillierKeys, PaillierSum, ciphertext_bytes
@@ -64,11 +63,11 @@ class FedMFConfig(RatingConfig):
 class FedMF(FederatedMethod):
     Config = FedMFConfig
     unread = UNREAD
+    client_program = RatingClient  # FedRec's client step with ρ = 0 (``fedrun.method._rating``)
 
     def __init__(self, config: FedMFConfig, env):
         require_rating_model(env, "fedmf")
         super().__init__(config, env)
-        self.rating = RatingStep(config, env)  # FedRec's client step with ρ = 0 (``fedrun.method._rating``)
         self.audit = upload_audit(config, env)
         self.keys = PaillierKeys(config.key_length)  # held by the clients
         self.encryption_seconds = self.keys.seconds_per_encryption()
@@ -98,13 +97,6 @@ class FedMF(FederatedMethod):
         if self.config.mode == "full":
             return torch.full((uploads.n_clients,), float(self.env.n_items * d), dtype=torch.float64)
         return torch.bincount(uploads.row_client, minlength=uploads.n_clients).double() * d
-
-    # -- client side -----------------------------------------------------------------------
-    def problems(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None) -> list[LocalProblem]:
-        return self.rating.problems(users, round_index)
-
-    def client_step(self, problem: LocalProblem) -> ClientResult:
-        return self.rating.step(problem, self.private.user, self.public.item)[0]
 
     # -- server side and accounting ----------------------------------------------------------
     def observe_uploads(self, uploads: Uploads, senders: torch.Tensor, ctx: RoundContext) -> dict[str, float]:

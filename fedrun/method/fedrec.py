@@ -26,10 +26,9 @@ from dataclasses import dataclass
 import torch
 
 from fedrun.backbone.base import PublicParams
-from fedrun.kernels.batching import LocalProblem
 from fedrun.kernels.server_opt import ServerOptimizerConfig
-from fedrun.method._rating import UNREAD, RatingConfig, RatingStep, communication, upload_audit
-from fedrun.method.federated import ClientResult, FederatedMethod
+from fedrun.method._rating import UNREAD, RatingClient, RatingConfig, communication, upload_audit
+from fedrun.method.federated import FederatedMethod
 from fedrun.method.rating_scale import require_rating_model
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.types import RoundContext, Uploads
@@ -43,11 +42,11 @@ class FedRecConfig(RatingConfig):
 class FedRec(FederatedMethod):
     Config = FedRecConfig
     unread = UNREAD
+    client_program = RatingClient  # FedRec's client step (``fedrun.method._rating``)
 
     def __init__(self, config: FedRecConfig, env):
         require_rating_model(env, "fedrec")
         super().__init__(config, env)
-        self.rating = RatingStep(config, env)
         self.audit = upload_audit(config, env)
 
     def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> Server:
@@ -55,13 +54,6 @@ class FedRec(FederatedMethod):
 
     def describe(self) -> dict:
         return {"lr_schedule": f"{self.config.lr}*{self.config.lr_decay}^round"}
-
-    # -- client side -----------------------------------------------------------------------
-    def problems(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None) -> list[LocalProblem]:
-        return self.rating.problems(users, round_index)
-
-    def client_step(self, problem: LocalProblem) -> ClientResult:
-        return self.rating.step(problem, self.private.user, self.public.item)[0]
 
     # -- server side -----------------------------------------------------------------------
     def observe_uploads(self, uploads: Uploads, senders: torch.Tensor, ctx: RoundContext) -> dict[str, float]:

@@ -36,7 +36,7 @@ from typing import cast
 
 import torch
 
-from fedrun.backbone.base import PublicParams
+from fedrun.backbone.base import PrivateParams, PublicParams
 from fedrun.core import hashrng
 from fedrun.core.seeding import derive_seed, generator
 from fedrun.errors import ConfigError, check
@@ -45,8 +45,9 @@ from fedrun.kernels.guards import check_finite
 from fedrun.kernels.rows import sum_by_key
 from fedrun.kernels.server_opt import ServerOptimizerConfig
 from fedrun.method._channel import AnonymousChannel
-from fedrun.method._rating import UNREAD, RatingConfig, RatingProblem, RatingStep, communication, upload_audit
-from fedrun.method.federated import ClientResult, FederatedMethod, Needs
+from fedrun.method._rating import UNREAD, RatingClient, RatingConfig, RatingProblem, communication, upload_audit
+from fedrun.method.client import ClientResult, ModelView
+from fedrun.method.federated import FederatedMethod, Needs
 from fedrun.method.rating_scale import require_rating_model
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.types import Aggregate, DenoiserUploads, RelayedRows, RoundContext, Uploads
@@ -98,37 +99,18 @@ class DenoisingServer(OptimizerServer):
         return super().step(denoised_mean(aggregate), ctx)
 
 
-class FedRecPP(FederatedMethod):
-    Config = FedRecPPConfig
-    unread = UNREAD
+class FedRecPPClient(RatingClient):
+    """FedRec++'s client program: FedRec's step, the denoisers (``role`` [U]: a denoiser's index or −1, the
+    protocol's public assignment) sampling nothing, and the relay phase after the steps."""
 
-    def __init__(self, config: FedRecPPConfig, env):
-        require_rating_model(env, "fedrecpp")
-        super().__init__(config, env)
-        clients = env.clients_with_data()
-        self.n_denoisers = denoiser_count(config.denoisers, clients.numel())
-        order = torch.randperm(clients.numel(), generator=generator(env.sim.seed, "denoisers")).to(clients.device)
-        self.role = torch.full((env.n_users,), -1, dtype=torch.int64, device=env.device)  # denoiser index or −1
-        self.role[clients[order[: self.n_denoisers]]] = torch.arange(self.n_denoisers, device=env.device)
-        self.rating = RatingStep(config, env, abstains=self.role >= 0)  # FedRec's step; denoisers sample none
-        self.audit = upload_audit(config, env)
+    def __init__(self, config: FedRecPPConfig, env, private: PrivateParams, view: ModelView, role: torch.Tensor,
+                 n_denoisers: int):
+        super().__init__(config, env, private, view, abstains=role >= 0)  # denoisers sample none
+        self.role, self.n_denoisers = role, n_denoisers
 
-    @classmethod
-    def needs(cls, config: FedRecPPConfig) -> Needs:
-        return Needs(exact_sum="its server subtracts the denoisers' sums and divides by |U_i| (Eq. 5-6)",
-                     plain_uploads="the denoising arithmetic is exact only on unperturbed gradients")
-
-    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> Server:
-        return DenoisingServer(public, ServerOptimizerConfig("sgd", 1.0))
-
-    def describe(self) -> dict:
-        return {"lr_schedule": f"{self.config.lr}*{self.config.lr_decay}^round", "n_denoisers": self.n_denoisers}
-
-    # -- client side -----------------------------------------------------------------------
-    def problems(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None) -> list[LocalProblem]:
-        return self.rating.problems(users, round_index)
-
-    def client_step(self, problem: LocalProblem) -> ClientResult:
+    def step(self, problem: LocalProblem) -> ClientResult:
+        """FedRec's step; then the rows the denoisers hold back and the noise rows the ordinary clients route
+        to their denoisers this iteration (``RelayPart``), kept out of what goes to the server."""
         result, sampled = self.rating.step(problem, self.private.user, self.public.item)
         if self.n_denoisers == 0:
             return result
@@ -149,8 +131,8 @@ class FedRecPP(FederatedMethod):
                             uploads.row_delta[ordinary], {}, uploads.weight)
         return ClientResult(to_server, new_user, loss, relay=relay)
 
-    def client_protocol(self, uploads: Uploads, results: list[ClientResult],
-                        ctx: RoundContext) -> tuple[Uploads, dict[str, float]]:
+    def protocol(self, uploads: Uploads, results: list[ClientResult],
+                 ctx: RoundContext) -> tuple[Uploads, dict[str, float]]:
         """The relay (Alg. 2 lines 11–19), on the client side: the ordinary clients' noise goes through
         the anonymous channel to the denoisers, which collect it and upload Eq. 9's sums — appended to
         the round's uploads as η further clients, negated, with their counts negated."""
@@ -182,15 +164,6 @@ class FedRecPP(FederatedMethod):
         keys, summed, counts = sum_by_key(key, delta, count)
         return DenoiserUploads(keys // n_items, keys % n_items, summed, counts)
 
-    # -- server side and accounting -----------------------------------------------------------
-    def observe_uploads(self, uploads: Uploads, senders: torch.Tensor, ctx: RoundContext) -> dict[str, float]:
-        """With ``audit=true``: what the server can guess from the item ids of the ordinary clients' uploads
-        (denoisers upload only Eq. 9 sums, after collecting); the traffic, unless the relay counts it."""
-        metrics = communication(uploads) if self.n_denoisers == 0 else {}
-        if self.audit is not None:
-            metrics.update(self.audit.observe(senders, uploads, audited=self.role[senders] < 0))
-        return metrics
-
     def relay_communication(self, rows: RelayedRows, relayed: DenoiserUploads,
                             ordinary: torch.Tensor) -> dict[str, float]:
         """Per iteration, in latent vectors (the paper's unit) and bytes: a row is a vector plus an
@@ -211,3 +184,41 @@ class FedRecPP(FederatedMethod):
             comm_bytes_denoiser=float(denoiser_bytes.mean()),
             comm_bytes_client=float(ordinary.sum() * row_bytes + denoiser_bytes.sum()) / clients,
         )
+
+
+class FedRecPP(FederatedMethod):
+    Config = FedRecPPConfig
+    unread = UNREAD
+
+    def __init__(self, config: FedRecPPConfig, env):
+        require_rating_model(env, "fedrecpp")
+        clients = env.clients_with_data()
+        self.n_denoisers = denoiser_count(config.denoisers, clients.numel())
+        order = torch.randperm(clients.numel(), generator=generator(env.sim.seed, "denoisers")).to(clients.device)
+        self.role = torch.full((env.n_users,), -1, dtype=torch.int64, device=env.device)  # denoiser index or −1
+        self.role[clients[order[: self.n_denoisers]]] = torch.arange(self.n_denoisers, device=env.device)
+        super().__init__(config, env)
+        self.audit = upload_audit(config, env)
+
+    @classmethod
+    def needs(cls, config: FedRecPPConfig) -> Needs:
+        return Needs(exact_sum="its server subtracts the denoisers' sums and divides by |U_i| (Eq. 5-6)",
+                     plain_uploads="the denoising arithmetic is exact only on unperturbed gradients")
+
+    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> Server:
+        return DenoisingServer(public, ServerOptimizerConfig("sgd", 1.0))
+
+    def make_client(self, private: PrivateParams) -> FedRecPPClient:
+        return FedRecPPClient(self.config, self.env, private, self.server, self.role, self.n_denoisers)
+
+    def describe(self) -> dict:
+        return {"lr_schedule": f"{self.config.lr}*{self.config.lr_decay}^round", "n_denoisers": self.n_denoisers}
+
+    # -- server side -----------------------------------------------------------------------------
+    def observe_uploads(self, uploads: Uploads, senders: torch.Tensor, ctx: RoundContext) -> dict[str, float]:
+        """With ``audit=true``: what the server can guess from the item ids of the ordinary clients' uploads
+        (denoisers upload only Eq. 9 sums, after collecting); the traffic, unless the relay counts it."""
+        metrics = communication(uploads) if self.n_denoisers == 0 else {}
+        if self.audit is not None:
+            metrics.update(self.audit.observe(senders, uploads, audited=self.role[senders] < 0))
+        return metrics

@@ -56,16 +56,18 @@ bits to the sign of their sum, repeated with the new codes until no bit changes 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
-from fedrun.backbone.base import PublicParams
+from fedrun.backbone.base import PrivateParams, PublicParams
 from fedrun.backbone.binary_mf import BinaryMF
 from fedrun.core.seeding import generator
 from fedrun.errors import ConfigError, check, check_choice, check_fraction, check_positive
 from fedrun.kernels.batching import LocalProblem
 from fedrun.kernels.rows import sum_by_key
-from fedrun.method.federated import ClientResult, FederatedMethod, Needs, Traffic
+from fedrun.method.client import Client, ClientResult, ModelView
+from fedrun.method.federated import FederatedMethod, Needs, Traffic
 from fedrun.method.rating_scale import RatingScale
 from fedrun.method.server import Server
 from fedrun.types import Aggregate, RoundContext, Uploads
@@ -189,49 +191,26 @@ class LightFRServer(Server):
         return {"item_bits_flipped": float((codes != before).double().mean())}
 
 
-class LightFR(FederatedMethod):
-    Config = LightFRConfig
+class LightFRClient(Client):
+    """LightFR's client program: DCD on its binary user code against the downloaded item codes, the rated
+    items' rows it uploads, and the cold-start clients' codes fitted before ranking (Eq. 18–19).
+    ``cold`` [U] / ``cold_item`` [I]: the held-out cold-start clients and items (public to the protocol)."""
 
-    def __init__(self, config: LightFRConfig, env):
-        if not isinstance(env.backbone, BinaryMF):
-            raise ConfigError("backbone", type(env.backbone).__name__, "backbone=binary-mf for method=lightfr")
-        self.scale = RatingScale.of_training(env, "lightfr (Eq. 5 fits ratings)")
-        self.weights = DCDWeights.of(config.rule, config.balance, env.backbone.config.dim, config.aggregation,
-                                     config.item_stay)
-        super().__init__(config, env)
-        clients = env.clients_with_data()
-        rated = torch.nonzero(torch.bincount(env.train.items, minlength=env.n_items) > 0).squeeze(1)
-        self.cold = held_out(clients, env.n_users, config.cold_users, env.sim.seed, "cold_users", "clients")
-        self.cold_item = held_out(rated, env.n_items, config.cold_items, env.sim.seed, "cold_items", "rated items")
+    def __init__(self, config: LightFRConfig, env, private: PrivateParams, view: ModelView, scale: RatingScale,
+                 weights: DCDWeights, cold: torch.Tensor, cold_item: torch.Tensor):
+        super().__init__(config, env, private, view)
+        self.scale, self.weights, self.cold, self.cold_item = scale, weights, cold, cold_item
 
-    @classmethod
-    def needs(cls, config: LightFRConfig) -> Needs:
-        return Needs(exact_sum="its uploads are signs and its server rule is Eq. 16/17 (a sum and a sign)",
-                     plain_uploads="its uploads are signs and its server rule is Eq. 16/17 (a sum and a sign)")
-
-    def round_clients(self) -> torch.Tensor:
-        """The clients with data that are not cold-start clients (those never train)."""
-        clients = self.env.clients_with_data()
-        return clients[~self.cold[clients]]
-
-    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> Server:
-        return LightFRServer(public, self.weights, self.config.aggregation)
-
-    def describe(self) -> dict:
-        w = self.weights
-        return {"dcd_weights": f"alpha={w.user_self:g} alpha_d={w.item_self:g} beta={w.balance:g} "
-                               f"gamma={w.server_stay:g}",
-                "rating_scale": str(self.scale)}
-
-    # -- client side -----------------------------------------------------------------------
     def targets(self, ratings: torch.Tensor) -> torch.Tensor:
         """Ratings → code-unit targets R = f(2r − 1), r min-max scaled to [0, 1]."""
         return self.env.backbone.config.dim * (2.0 * self.scale(ratings) - 1.0)
 
-    def client_step(self, problem: LocalProblem) -> ClientResult:
+    def step(self, problem: LocalProblem) -> ClientResult:
+        """Alg. 1 lines 13–22 for a bucket: E epochs of DCD on the user codes (and, Agg_para, on the local
+        item copies); upload Eq. 12's rows (Agg_grad) or the updated copies (Agg_para)."""
         batch, w, config = problem.batch, self.weights, self.config
         mask = batch.pos_mask & ~self.cold_item[batch.pos]  # [B, P] (cold-start items arrive after training)
-        target = self.targets(batch.ratings) * mask  # [B, P]
+        target = self.targets(cast(torch.Tensor, batch.ratings)) * mask  # [B, P] (a rating model's batches)
         items = self.public.item[batch.pos]  # [B, P, f] the downloaded D_t rows of the rated items
         user = self.private.user[batch.users]  # [B, f]
         n_rated = mask.sum(1).to(user.dtype)  # [B]
@@ -253,7 +232,7 @@ class LightFR(FederatedMethod):
         uploads = Uploads(batch.size, client, batch.pos[client, column], rows, {}, problem.weight)
         return ClientResult(uploads, user, loss, {"dcd_sweeps_user": torch.tensor([float(max(sweeps))])})
 
-    def client_metrics(self, stats: dict[str, list[torch.Tensor]]) -> dict[str, float]:
+    def metrics(self, stats: dict[str, list[torch.Tensor]]) -> dict[str, float]:
         return {"dcd_sweeps_user": float(torch.cat(stats["dcd_sweeps_user"]).max())}
 
     def local_item_codes(self, user: torch.Tensor, items: torch.Tensor, target: torch.Tensor,
@@ -275,11 +254,58 @@ class LightFR(FederatedMethod):
         batch = self.env.train.client_batch(users)
         mask = batch.pos_mask
         n_rated = mask.sum(1).to(self.public.item.dtype)
-        target = self.targets(batch.ratings) * mask  # [U, P]
+        target = self.targets(cast(torch.Tensor, batch.ratings)) * mask  # [U, P]
         codes, _, _ = dcd_codes(self.private.user[users], self.public.item[batch.pos], target, mask, n_rated, 0.0,
                                 self.config.max_sweeps)
         return codes
 
+    def prepare_ranking(self) -> None:
+        """Before ranking, the cold-start clients fit their codes to the current D (Eq. 19)."""
+        if bool(self.cold.any()):
+            users = torch.nonzero(self.cold).squeeze(1)
+            self.private.user[users] = self.cold_start_codes(users)
+
+
+class LightFR(FederatedMethod):
+    Config = LightFRConfig
+    client: LightFRClient
+
+    def __init__(self, config: LightFRConfig, env):
+        if not isinstance(env.backbone, BinaryMF):
+            raise ConfigError("backbone", type(env.backbone).__name__, "backbone=binary-mf for method=lightfr")
+        self.scale = RatingScale.of_training(env, "lightfr (Eq. 5 fits ratings)")
+        self.weights = DCDWeights.of(config.rule, config.balance, env.backbone.config.dim, config.aggregation,
+                                     config.item_stay)
+        clients = env.clients_with_data()
+        rated = torch.nonzero(torch.bincount(env.train.items, minlength=env.n_items) > 0).squeeze(1)
+        self.cold = held_out(clients, env.n_users, config.cold_users, env.sim.seed, "cold_users", "clients")
+        self.cold_item = held_out(rated, env.n_items, config.cold_items, env.sim.seed, "cold_items", "rated items")
+        super().__init__(config, env)
+
+    @classmethod
+    def needs(cls, config: LightFRConfig) -> Needs:
+        return Needs(exact_sum="its uploads are signs and its server rule is Eq. 16/17 (a sum and a sign)",
+                     plain_uploads="its uploads are signs and its server rule is Eq. 16/17 (a sum and a sign)")
+
+    def round_clients(self) -> torch.Tensor:
+        """The clients with data that are not cold-start clients (those never train)."""
+        clients = self.env.clients_with_data()
+        return clients[~self.cold[clients]]
+
+    def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> Server:
+        return LightFRServer(public, self.weights, self.config.aggregation)
+
+    def make_client(self, private: PrivateParams) -> LightFRClient:
+        return LightFRClient(self.config, self.env, private, self.server, self.scale, self.weights, self.cold,
+                             self.cold_item)
+
+    def describe(self) -> dict:
+        w = self.weights
+        return {"dcd_weights": f"alpha={w.user_self:g} alpha_d={w.item_self:g} beta={w.balance:g} "
+                               f"gamma={w.server_stay:g}",
+                "rating_scale": str(self.scale)}
+
+    # -- before ranking: the cold-start items' codes (server and raters), then the clients' ---------------
     @torch.no_grad()
     def cold_item_codes(self) -> torch.Tensor:
         """Eq. 20–21 for the cold-start items: their trained raters upload Δd^u_i = (R − s) b_u + d_i
@@ -288,11 +314,12 @@ class LightFR(FederatedMethod):
         env = self.env
         users = torch.nonzero(~self.cold & (env.train.sizes() > 0)).squeeze(1)
         owner, _, items, ratings = env.train.flat(users)
+        ratings = cast(torch.Tensor, ratings)  # LightFR fits ratings (RatingScale.of_training refused others)
         keep = self.cold_item[items]
-        raters, items, target = users[owner[keep]], items[keep], self.targets(ratings[keep])  # rows [R]
+        raters, items, target = users[owner[keep]], items[keep], self.client.targets(ratings[keep])  # rows [R]
         codes = self.public.item.clone()
         for _ in range(self.config.max_sweeps):
-            user = self.private.user[raters]  # [R, f] each rater's own code (client side)
+            user = self.client.private.user[raters]  # [R, f] each rater's own code (client side)
             residual = target - (user * codes[items]).sum(1)  # R − s [R]
             uploads = residual.unsqueeze(1) * user + codes[items]  # Eq. 21's Δd^u_i [R, f]
             ids, total, _ = sum_by_key(items, uploads, torch.ones_like(residual))
@@ -305,24 +332,24 @@ class LightFR(FederatedMethod):
 
     def prepare_ranking(self) -> None:
         """Before ranking: cold-start items get codes from the trained clients' uploads (Eq. 21),
-        then cold-start clients fit theirs to D (Eq. 19)."""
+        then cold-start clients fit theirs to D (Eq. 19, the client program)."""
         if bool(self.cold_item.any()):
             self.public.item[self.cold_item] = self.cold_item_codes()
-        if bool(self.cold.any()):
-            users = torch.nonzero(self.cold).squeeze(1)
-            self.private.user[users] = self.cold_start_codes(users)
+        super().prepare_ranking()
 
     # -- accounting ------------------------------------------------------------------------
     def traffic(self, rows: torch.Tensor, uploads: Uploads | None) -> Traffic:
+        if uploads is None:
+            raise RuntimeError("LightFR has no fast path: its round always builds the sign rows it uploads")
         sent = torch.bincount(uploads.row_client, minlength=uploads.n_clients).double()
         return Traffic(float(sent.mean()) * self.upload_row_bytes(), self.download_bytes(rows))
 
     def upload_row_bytes(self) -> int:
         """One uploaded row as sent: int32 item id + packed signs (+ a float32 residual for grad, whose
         row is e_ui·b_u + α_d d_i: one scalar and the f signs of b_u, D_i being known to the server)."""
-        code = self.env.backbone.code_bytes()
+        code = cast(BinaryMF, self.env.backbone).code_bytes()
         return 4 + code + (4 if self.config.aggregation == "grad" else 0)
 
     def download_bytes(self, rows: torch.Tensor) -> float:
         """A client downloads the whole packed item matrix D (it ranks the catalogue on device)."""
-        return float(self.env.n_items * self.env.backbone.code_bytes())
+        return float(self.env.n_items * cast(BinaryMF, self.env.backbone).code_bytes())

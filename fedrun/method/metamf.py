@@ -44,7 +44,8 @@ from fedrun.errors import check
 from fedrun.kernels.batching import LocalProblem
 from fedrun.kernels.guards import UploadSchema
 from fedrun.kernels.server_opt import ServerOptimizerConfig
-from fedrun.method.federated import ClientResult, FederatedMethod, Needs
+from fedrun.method.client import Client, ClientResult
+from fedrun.method.federated import FederatedMethod, Needs
 from fedrun.method.rating_scale import require_rating_model
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.types import Aggregate, RoundContext, Uploads
@@ -180,8 +181,63 @@ class MetaMFServer(OptimizerServer):
         return Aggregate(torch.zeros(0, dtype=torch.long, device=item.device), item.new_zeros(0, item.shape[1]), dense)
 
 
+class MetaMFClient(Client):
+    """MetaMF's client program: the model the server generates for it from the downloaded meta network (its
+    item rows and RP model), one gradient of Eq. 10 on it uploaded, and ranking with it."""
+
+    def received(self, users: torch.Tensor, pos: torch.Tensor, pos_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """What the server sends clients ``users`` [B] (generated from their c_u), as the clients' own
+        trainable copies; A_u only on the rated rows pos [B, P] (the others get no gradient)."""
+        dim, s = self.env.backbone.config.dim, self.config.item_factors
+        with torch.no_grad():
+            gen = generate(self.public.net, users, dim, s)
+            owner = torch.arange(users.numel(), device=users.device).unsqueeze(1).expand_as(pos)
+            rows = left_rows(self.public.net, gen["h_items"], owner.reshape(-1), pos.reshape(-1), s,
+                             self.config.chunk_rows).view(*pos.shape, s)
+        out = {name: gen[name].detach().clone().requires_grad_(True) for name in RECEIVED}
+        out["left"] = rows.clone().requires_grad_(True)  # [B, P, s]
+        return out
+
+    def step(self, problem: LocalProblem) -> ClientResult:
+        batch = problem.batch
+        received = self.received(batch.users, batch.pos, batch.pos_mask)
+        mask = batch.pos_mask.to(received["left"].dtype)
+        error = (predict(received, received["left"]) - cast(torch.Tensor, batch.ratings)) * mask  # [B, P]
+        loss = error.pow(2).sum(1) / mask.sum(1)  # Eq. 10 per client [B]
+        grads = torch.autograd.grad(loss.sum(), [received[name] for name in (*RECEIVED, "left")])
+        client, column = batch.pos_mask.nonzero(as_tuple=True)
+        uploads = Uploads(batch.size, client, batch.pos[client, column], grads[-1][client, column],
+                          dict(zip(RECEIVED, grads[:-1])), problem.weight)
+        return ClientResult(uploads, self.private.user[batch.users], loss.detach())
+
+    @torch.no_grad()
+    def score_pairs(self, users: torch.Tensor, items: torch.Tensor,
+                    history: Sequence[ClientStore] = ()) -> torch.Tensor:
+        unique, owner = torch.unique(users, return_inverse=True)
+        dim, s = self.env.backbone.config.dim, self.config.item_factors
+        gen = generate(self.public.net, unique, dim, s)
+        rows = left_rows(self.public.net, gen["h_items"], owner, items, s, self.config.chunk_rows)  # [N, s]
+        received = {name: gen[name][owner] for name in RECEIVED}  # per pair [N, ...]
+        return predict(received, rows.unsqueeze(1)).squeeze(1)
+
+    @torch.no_grad()
+    def score_users(self, users: torch.Tensor, history: Sequence[ClientStore] = ()) -> torch.Tensor:
+        """Each user's generated model over the whole catalogue, in chunks of users sized so that
+        A_u and U_u of a chunk stay within ``chunk_rows`` · hidden floats."""
+        net, config = self.public.net, self.config
+        dim, s, m = self.env.backbone.config.dim, config.item_factors, self.env.n_items
+        per_chunk = max(1, config.chunk_rows * config.hidden // (m * (s + dim)))
+        out = []
+        for lo in range(0, users.numel(), per_chunk):
+            gen = generate(net, users[lo:lo + per_chunk], dim, s)
+            left = head(net, "items.left", gen["h_items"]).view(-1, m, s)  # A_u [U, m, s]
+            out.append(predict(gen, left))  # [U, m]
+        return torch.cat(out)
+
+
 class MetaMF(FederatedMethod):
     Config = MetaMFConfig
+    client_program = MetaMFClient
     unread = {"backbone.l2": "its loss is Eq. 10's rating MSE alone, and its item rows are generated, not learned rows",
               "sim.local_epochs": "a round is one gradient of each client's loss, back-propagated by the server"}
 
@@ -210,32 +266,6 @@ class MetaMF(FederatedMethod):
         h = f // 4
         return UploadSchema((s,), {"right": (s, f), "w1": (f, h), "b1": (h,), "w2": (h, 1), "b2": (1,)})
 
-    # -- server → client: each client's generated model --------------------------------------
-    def received(self, users: torch.Tensor, pos: torch.Tensor, pos_mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        """What the server sends clients ``users`` [B] (generated from their c_u), as the clients' own
-        trainable copies; A_u only on the rated rows pos [B, P] (the others get no gradient)."""
-        dim, s = self.env.backbone.config.dim, self.config.item_factors
-        with torch.no_grad():
-            gen = generate(self.public.net, users, dim, s)
-            owner = torch.arange(users.numel(), device=users.device).unsqueeze(1).expand_as(pos)
-            rows = left_rows(self.public.net, gen["h_items"], owner.reshape(-1), pos.reshape(-1), s,
-                             self.config.chunk_rows).view(*pos.shape, s)
-        out = {name: gen[name].detach().clone().requires_grad_(True) for name in RECEIVED}
-        out["left"] = rows.clone().requires_grad_(True)  # [B, P, s]
-        return out
-
-    def client_step(self, problem: LocalProblem) -> ClientResult:
-        batch = problem.batch
-        received = self.received(batch.users, batch.pos, batch.pos_mask)
-        mask = batch.pos_mask.to(received["left"].dtype)
-        error = (predict(received, received["left"]) - cast(torch.Tensor, batch.ratings)) * mask  # [B, P]
-        loss = error.pow(2).sum(1) / mask.sum(1)  # Eq. 10 per client [B]
-        grads = torch.autograd.grad(loss.sum(), [received[name] for name in (*RECEIVED, "left")])
-        client, column = batch.pos_mask.nonzero(as_tuple=True)
-        uploads = Uploads(batch.size, client, batch.pos[client, column], grads[-1][client, column],
-                          dict(zip(RECEIVED, grads[:-1])), problem.weight)
-        return ClientResult(uploads, self.private.user[batch.users], loss.detach())
-
     # -- traffic --------------------------------------------------------------------------
     def model_floats(self) -> int:
         """Floats of one client's generated model: A_u [m, s], B_u [s, f], W_1, b_1, W_2, b_2."""
@@ -244,28 +274,3 @@ class MetaMF(FederatedMethod):
 
     def download_bytes(self, rows: torch.Tensor) -> float:
         return float(4 * self.model_floats())
-
-    # -- evaluation: each client ranks with its generated model -----------------------------
-    @torch.no_grad()
-    def score_pairs(self, users: torch.Tensor, items: torch.Tensor,
-                    history: Sequence[ClientStore] = ()) -> torch.Tensor:
-        unique, owner = torch.unique(users, return_inverse=True)
-        dim, s = self.env.backbone.config.dim, self.config.item_factors
-        gen = generate(self.public.net, unique, dim, s)
-        rows = left_rows(self.public.net, gen["h_items"], owner, items, s, self.config.chunk_rows)  # [N, s]
-        received = {name: gen[name][owner] for name in RECEIVED}  # per pair [N, ...]
-        return predict(received, rows.unsqueeze(1)).squeeze(1)
-
-    @torch.no_grad()
-    def score_users(self, users: torch.Tensor, history: Sequence[ClientStore] = ()) -> torch.Tensor:
-        """Each user's generated model over the whole catalogue, in chunks of users sized so that
-        A_u and U_u of a chunk stay within ``chunk_rows`` · hidden floats."""
-        net, config = self.public.net, self.config
-        dim, s, m = self.env.backbone.config.dim, config.item_factors, self.env.n_items
-        per_chunk = max(1, config.chunk_rows * config.hidden // (m * (s + dim)))
-        out = []
-        for lo in range(0, users.numel(), per_chunk):
-            gen = generate(net, users[lo:lo + per_chunk], dim, s)
-            left = head(net, "items.left", gen["h_items"]).view(-1, m, s)  # A_u [U, m, s]
-            out.append(predict(gen, left))  # [U, m]
-        return torch.cat(out)

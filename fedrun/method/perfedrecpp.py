@@ -29,7 +29,7 @@ The pre-training rounds' loss is Eq. 4 alone: ``backbone.l2`` enters the fine-tu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -37,10 +37,11 @@ import torch.nn.functional as F
 from fedrun.core import hashrng
 from fedrun.core.seeding import derive_seed, generator
 from fedrun.errors import check, check_positive
+from fedrun.kernels.batching import LocalProblem
 from fedrun.kernels.ego import EgoGraphs, GraphProblem
 from fedrun.kernels.local import ClientOptimizer, problem_loss
 from fedrun.method._contrastive import info_nce
-from fedrun.method._personalized import PersonalizedConfig, PersonalizedMethod
+from fedrun.method._personalized import PersonalizedClient, PersonalizedConfig, PersonalizedMethod
 from fedrun.method.federated import Exchange
 from fedrun.privacy.base import Privacy
 
@@ -69,17 +70,45 @@ class PerFedRecPPConfig(PersonalizedConfig):
         check_positive("view_noise", self.view_noise, allow_zero=True)
 
 
-class PerFedRecPP(PersonalizedMethod):
-    Config = PerFedRecPPConfig
+class PerFedRecPPClient(PersonalizedClient):
+    """PerFedRec's client program with the pre-training rounds: their optimizer and Eq. 4's loss."""
+
+    config: PerFedRecPPConfig
 
     def pretraining(self, round_index: int) -> bool:
         return round_index < self.config.pretrain_rounds
 
-    def client_optimizer(self, problem: GraphProblem) -> ClientOptimizer:
+    def client_optimizer(self, problem: LocalProblem) -> ClientOptimizer:
         """Pre-training rounds step with ``pretrain_optimizer`` (the code: Adam at 50 × its lr 1e-3)."""
-        if self.pretraining(problem.round):
+        if self.pretraining(cast(GraphProblem, problem).round):
             return self.config.pretrain_optimizer
         return super().client_optimizer(problem)
+
+    def local_loss(self, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
+                   net: dict[str, torch.Tensor]) -> torch.Tensor:
+        problem = cast(GraphProblem, problem)
+        if not self.pretraining(problem.round):
+            return problem_loss(self.env.backbone, problem, user, item_table, net)
+        seed = derive_seed(self.env.sim.seed, "pretrain-views", problem.round)
+        ego = problem.ego
+        assert ego is not None, "a graph context's problems carry their ego graphs"
+        owner, key = ego.node_keys(problem.batch.users)
+        views = [ego.propagate_all(user, item_table, problem.layers,
+                                           noise_injection(owner, key, seed, view, self.config.view_noise))
+                 for view in (0, 1)]
+        if problem.sent is not None:
+            user_term = random_user_infonce(views[0][0], views[1][0], problem.sent, self.config.tau)
+        else:
+            user_term = user_infonce(views[0], views[1], ego, self.config.tau)
+        return user_term + item_infonce(views[0][1], views[1][1], problem.item_mask, self.config.tau)
+
+
+class PerFedRecPP(PersonalizedMethod):
+    Config = PerFedRecPPConfig
+    client_program = PerFedRecPPClient
+
+    def pretraining(self, round_index: int) -> bool:
+        return round_index < self.config.pretrain_rounds
 
     def first_cluster_round(self) -> int:
         """``cluster_from`` counts from the end of pre-training."""
@@ -92,27 +121,12 @@ class PerFedRecPP(PersonalizedMethod):
         count = self.config.user_negatives
         if not self.pretraining(round_index) or not count:
             return exchange
-        shared = self.context.ego.directory.shared
+        shared = self.shared_embeddings()
         gen = generator(self.env.sim.seed, "pretrain-negatives", round_index)
         chosen = torch.randperm(shared.shape[0], generator=gen)[:count].to(shared.device)
         rows = shared[chosen]  # [S, d]
         return Exchange(rows, exchange.bytes_up, exchange.bytes_down + rows.numel() * rows.element_size(),
                         exchange.metrics)
-
-    def local_loss(self, problem: GraphProblem, user: torch.Tensor, item_table: torch.Tensor,
-                   net: dict[str, torch.Tensor]) -> torch.Tensor:
-        if not self.pretraining(problem.round):
-            return problem_loss(self.env.backbone, problem, user, item_table, net)
-        seed = derive_seed(self.env.sim.seed, "pretrain-views", problem.round)
-        owner, key = problem.ego.node_keys(problem.batch.users)
-        views = [problem.ego.propagate_all(user, item_table, problem.layers,
-                                           noise_injection(owner, key, seed, view, self.config.view_noise))
-                 for view in (0, 1)]
-        if problem.sent is not None:
-            user_term = random_user_infonce(views[0][0], views[1][0], problem.sent, self.config.tau)
-        else:
-            user_term = user_infonce(views[0], views[1], problem.ego, self.config.tau)
-        return user_term + item_infonce(views[0][1], views[1][1], problem.item_mask, self.config.tau)
 
 
 def noise_injection(owner: torch.Tensor, key: torch.Tensor, seed: int, view: int, norm: float):

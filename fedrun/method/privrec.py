@@ -33,14 +33,15 @@ from typing import Sequence, cast
 
 import torch
 
-from fedrun.backbone.base import PublicParams
+from fedrun.backbone.base import PrivateParams, PublicParams
 from fedrun.core.seeding import generator
 from fedrun.data.client_store import ClientStore
 from fedrun.errors import check, check_positive
 from fedrun.kernels.batching import LocalProblem, local_problem
 from fedrun.kernels.local import ClientOptimizer, train_local
 from fedrun.kernels.server_opt import ServerOptimizerConfig
-from fedrun.method.federated import ClientResult, FederatedMethod, Needs
+from fedrun.method.client import Client, ClientResult, ModelView
+from fedrun.method.federated import FederatedMethod, Needs
 from fedrun.method.rating_scale import RatingScale, require_rating_model
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.types import Aggregate, RoundContext, Uploads
@@ -105,6 +106,59 @@ class NoisyMeanServer(OptimizerServer):
         return Aggregate(torch.arange(item.shape[0], device=item.device), total / n, {USER_INIT: user_total / n})
 
 
+class PrivRecClient(Client):
+    """PrivRec's client program: Reptile's inner loop from the downloaded θ = (V, u₀) on its scaled ratings,
+    its whole update clipped to ``clip``; before ranking, every client adapts θ on its own ratings.
+    ``scale``: the training ratings' scale (min-max to [0, 1])."""
+
+    def __init__(self, config: PrivRecConfig, env, private: PrivateParams, view: ModelView, scale: RatingScale):
+        super().__init__(config, env, private, view)
+        self.scale = scale
+
+    def adapt(self, problem: LocalProblem):
+        """Reptile's inner loop for a bucket: k steps from θ on the clients' scaled ratings."""
+        ratings = self.scale(cast(torch.Tensor, problem.batch.ratings))  # a rating model's batches carry ratings
+        problem = replace(problem, batch=replace(problem.batch, ratings=ratings))
+        users = problem.batch.users
+        start = self.public.net[USER_INIT].expand(users.numel(), -1)  # [B, d]
+        return train_local(self.env.backbone, problem, start, self.public.item[problem.items], {},
+                           self.config.optimizer, self.config.local_steps)
+
+    def step(self, problem: LocalProblem) -> ClientResult:
+        result = self.adapt(problem)
+        users = problem.batch.users
+        client, slot = problem.item_mask.nonzero(as_tuple=True)  # [R]
+        user_delta = result.user - self.public.net[USER_INIT]  # [B, d]
+        uploads = Uploads(users.numel(), client, problem.items[client, slot], result.item_delta[client, slot],
+                          {USER_INIT: user_delta}, problem.weight)
+        clipped, norm = clip_clients(uploads, self.config.clip)
+        return ClientResult(clipped, result.user, result.loss, {"update_norm": norm})
+
+    def metrics(self, stats: dict[str, list[torch.Tensor]]) -> dict[str, float]:
+        norms = torch.cat(stats["update_norm"])  # [B] the round's clients' update norms before clipping
+        return {"update_norm_mean": float(norms.mean()),
+                "clipped_fraction": float((norms > self.config.clip).double().mean())}
+
+    @torch.no_grad()
+    def prepare_ranking(self) -> None:
+        """Every client adapts θ on its own training ratings (Reptile's inner loop) before ranking."""
+        env = self.env
+        users = env.clients_with_data()
+        for _, batch in env.client_batches(users, 1):
+            problem = local_problem(batch, None, env.n_items)
+            with torch.enable_grad():
+                self.private.user[problem.batch.users] = self.adapt(problem).user
+
+    @torch.no_grad()
+    def score_users(self, users: torch.Tensor, history: Sequence[ClientStore] = ()) -> torch.Tensor:
+        return self.scale.inverse(super().score_users(users, history))
+
+    @torch.no_grad()
+    def score_pairs(self, users: torch.Tensor, items: torch.Tensor,
+                    history: Sequence[ClientStore] = ()) -> torch.Tensor:
+        return self.scale.inverse(super().score_pairs(users, items, history))
+
+
 class PrivRec(FederatedMethod):
     Config = PrivRecConfig
     unread = {"sim.local_epochs": "its clients take method.local_steps inner steps (Reptile's k)"}
@@ -126,50 +180,8 @@ class PrivRec(FederatedMethod):
         return NoisyMeanServer(public, ServerOptimizerConfig("sgd", self.config.server_lr),
                                self.config.noise * self.config.clip, self.env.sim.seed)
 
+    def make_client(self, private: PrivateParams) -> PrivRecClient:
+        return PrivRecClient(self.config, self.env, private, self.server, self.scale)
+
     def describe(self) -> dict:
         return {"dp_noise_std_on_sum": self.config.noise * self.config.clip, "rating_scale": str(self.scale)}
-
-    # -- client side -----------------------------------------------------------------------
-    def adapt(self, problem: LocalProblem):
-        """Reptile's inner loop for a bucket: k steps from θ on the clients' scaled ratings."""
-        ratings = self.scale(cast(torch.Tensor, problem.batch.ratings))  # a rating model's batches carry ratings
-        problem = replace(problem, batch=replace(problem.batch, ratings=ratings))
-        users = problem.batch.users
-        start = self.public.net[USER_INIT].expand(users.numel(), -1)  # [B, d]
-        return train_local(self.env.backbone, problem, start, self.public.item[problem.items], {},
-                           self.config.optimizer, self.config.local_steps)
-
-    def client_step(self, problem: LocalProblem) -> ClientResult:
-        result = self.adapt(problem)
-        users = problem.batch.users
-        client, slot = problem.item_mask.nonzero(as_tuple=True)  # [R]
-        user_delta = result.user - self.public.net[USER_INIT]  # [B, d]
-        uploads = Uploads(users.numel(), client, problem.items[client, slot], result.item_delta[client, slot],
-                          {USER_INIT: user_delta}, problem.weight)
-        clipped, norm = clip_clients(uploads, self.config.clip)
-        return ClientResult(clipped, result.user, result.loss, {"update_norm": norm})
-
-    def client_metrics(self, stats: dict[str, list[torch.Tensor]]) -> dict[str, float]:
-        norms = torch.cat(stats["update_norm"])  # [B] the round's clients' update norms before clipping
-        return {"update_norm_mean": float(norms.mean()),
-                "clipped_fraction": float((norms > self.config.clip).double().mean())}
-
-    # -- evaluation: every client adapts θ on its own ratings, then ranks ------------------
-    @torch.no_grad()
-    def prepare_ranking(self) -> None:
-        """Every client adapts θ on its own training ratings (Reptile's inner loop) before ranking."""
-        env = self.env
-        users = env.clients_with_data()
-        for _, batch in env.client_batches(users, 1):
-            problem = local_problem(batch, None, env.n_items)
-            with torch.enable_grad():
-                self.private.user[problem.batch.users] = self.adapt(problem).user
-
-    @torch.no_grad()
-    def score_users(self, users: torch.Tensor, history: Sequence[ClientStore] = ()) -> torch.Tensor:
-        return self.scale.inverse(super().score_users(users, history))
-
-    @torch.no_grad()
-    def score_pairs(self, users: torch.Tensor, items: torch.Tensor,
-                    history: Sequence[ClientStore] = ()) -> torch.Tensor:
-        return self.scale.inverse(super().score_pairs(users, items, history))

@@ -23,7 +23,13 @@ import torch.nn.functional as F
 
 from fedrun.errors import check
 from fedrun.kernels.local import slot_rows
-from fedrun.method._contrastive import ContrastiveConfig, ContrastiveMethod, ContrastiveProblem, reduce_items
+from fedrun.method._contrastive import (
+    ContrastiveClient,
+    ContrastiveConfig,
+    ContrastiveMethod,
+    ContrastiveProblem,
+    reduce_items,
+)
 
 
 @dataclass
@@ -54,8 +60,8 @@ def union_contrastive(anchors: torch.Tensor, mask: torch.Tensor, negatives: torc
     return reduce_items(torch.where(valid, per_item, torch.zeros_like(per_item)), valid, reduction)
 
 
-class Union(ContrastiveMethod):
-    Config = UnionConfig
+class UnionClient(ContrastiveClient):
+    """The family's client program with UNION's item views in place of Eq. 10."""
 
     def item_loss(self, problem: ContrastiveProblem, item_table: torch.Tensor) -> torch.Tensor:
         neg_slot = cast(torch.Tensor, problem.neg_slot)  # UNION's client draws negatives (num_negatives ≥ 1)
@@ -64,3 +70,8 @@ class Union(ContrastiveMethod):
         negatives = slot_rows(item_table, neg_slot.reshape(B, P * n)).reshape(B, P, n, -1)  # [B, P, n, di]
         return union_contrastive(anchors, problem.batch.pos_mask, negatives, self.config.tau,
                                  self.config.loss_reduction)
+
+
+class Union(ContrastiveMethod):
+    Config = UnionConfig
+    client_program = UnionClient

@@ -4,10 +4,10 @@ Round t, in the order of the numbered comments of ``FederatedRound.train_round``
   1. sample the round's clients (a function of the seed and t only);
   2. download: the clients receive the public model view (counted in bytes down), and the
      method's declared exchange runs (FedCL: embeddings up, semi-hard negatives down);
-  3. the client step, vectorized per bucket of clients → uploads, new private rows (written back
-     on the client side), losses;
+  3. the client program's step, vectorized per bucket of clients → uploads, new private rows
+     (written back on the client side), losses;
   4. the privacy transform of each bucket's uploads, on the client side;
-  5. the method's client-side protocol phase, if it declares one (FedRec++'s relay to denoisers);
+  5. the client program's protocol phase, if it has one (FedRec++'s relay to denoisers);
   6. the attack's clients craft their uploads from the same model view and join the benign ones;
   7. guards: declared fields only, finite values;
   8. aggregation: ``defense.aggregate`` — or, for a method whose server rule is a sum, the
@@ -69,18 +69,18 @@ class FederatedRound:
         fast = method.fast_round(users, round_index, exchange.sent, self.defense) if self.uses_fast_path else None
         extra = dict(exchange.metrics)
         if fast is not None:  # steps 3–8 as one pass
-            check_finite(method.private.user[users], f"the client step ({type(method).__name__})", round_index)
+            check_finite(method.client.private.user[users], f"the client step ({type(method).__name__})", round_index)
             aggregate, losses, rows, benign = fast.aggregate, fast.losses, fast.rows_per_client, None
         else:
-            problems = method.problems(users, round_index, exchange.sent)
+            problems = method.client.problems(users, round_index, exchange.sent)
             results = self.client_steps(problems, ctx)  # 3–4
             losses = torch.cat([r.loss for r in results])
             rows = torch.cat([p.item_mask.sum(1) for p in problems])
             senders = torch.cat([p.batch.users for p in problems])  # [B] in upload order (by bucket)
             benign = Uploads.concat([r.uploads for r in results])
-            extra.update(method.client_metrics({k: [r.stats[k] for r in results] for k in results[0].stats}))
-            # 5. the method's client-side protocol phase
-            uploads, protocol_metrics = method.client_protocol(benign, results, ctx)
+            extra.update(method.client.metrics({k: [r.stats[k] for r in results] for k in results[0].stats}))
+            # 5. the client program's protocol phase
+            uploads, protocol_metrics = method.client.protocol(benign, results, ctx)
             extra.update(protocol_metrics)
             # 6. the attack's clients join
             crafted = self.attack.craft(method.server.public, ctx)  # the model view the round downloads
@@ -104,14 +104,14 @@ class FederatedRound:
     def client_steps(self, problems: list, ctx: RoundContext) -> list[ClientResult]:
         """Steps 3–4 per bucket: the vectorized client step, its new private rows written back on the
         client side, then the privacy transform of what leaves the bucket's clients."""
-        method = self.method
-        gen = generator(self.seed, "privacy", ctx.round, method.server.public.item.device)
-        component = f"the client step ({type(method).__name__})"
+        client = self.method.client
+        gen = generator(self.seed, "privacy", ctx.round, self.method.server.public.item.device)
+        component = f"the client step ({type(self.method).__name__})"
         results = []
         for problem in problems:
-            result = method.client_step(problem)
+            result = client.step(problem)
             check_finite(result.user, component, ctx.round)
-            method.private.user[problem.batch.users] = result.user
+            client.private.user[problem.batch.users] = result.user
             results.append(ClientResult(self.privacy.apply(result.uploads, gen), result.user, result.loss,
                                         result.stats, result.relay))
         return results

@@ -94,8 +94,8 @@ def time_rounds(trainer, rounds: int, warmup: int = 2) -> float:
 def loop_round(trainer, env, round_index: int):
     """One round of the deepcopy loop from the method's current state: (seconds, new public)."""
     method = trainer.method
-    user_table, public = method.private.user.clone(), method.public.clone()
-    clients = clients_of(method.problems(trainer.sampler.users(round_index), round_index))  # not timed
+    user_table, public = method.client.private.user.clone(), method.public.clone()
+    clients = clients_of(method.client.problems(trainer.sampler.users(round_index), round_index))  # not timed
     sync(env.device)
     started = time.perf_counter()
     fedavg_round(env.backbone, user_table, public, clients, method.config.optimizer, env.sim.local_epochs,

@@ -49,7 +49,7 @@ def bench_w4_one(name: str, data: list[str]) -> list[str]:
     started = time.perf_counter()
     with torch.no_grad():
         for part in torch.split(users.to(env.device), chunk):
-            (method.private.user[part] @ method.public.item.T).topk(k, dim=1)
+            (method.client.private.user[part] @ method.public.item.T).topk(k, dim=1)
     sync(env.device)
     t_floor = time.perf_counter() - started
     gpu = peak_gpu_gb(env.device)

@@ -78,7 +78,7 @@ def inference_ms(method: Method, k: int = 10) -> tuple[float, float, float]:
     import faiss
     import numpy as np
 
-    item, user = method.public.item, method.private.user[:1]
+    item, user = method.public.item, method.client.private.user[:1]
     if isinstance(method, MetaMF):  # U_u = A_u B_u, then the RP MLP over the catalogue; no index applies
         dim, s, m = method.env.backbone.config.dim, method.config.item_factors, method.env.n_items
         with torch.no_grad():
