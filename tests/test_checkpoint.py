@@ -107,6 +107,24 @@ def test_a_checkpoint_older_than_a_setting_resumes_with_that_setting_named(tmp_p
         run(["method.optimizer.lr=0.5", f"sim.resume={path}"])
 
 
+def test_a_checkpoint_config_is_compared_as_written_never_resolved(tmp_path, monkeypatch):
+    """Issue #68: a crafted checkpoint whose config holds resolvers is refused without evaluating them: the
+    folder ``${fedrun_claim:…}`` names is not created, ``${oc.env:…}`` is not read into the error."""
+    run(["sim.max_rounds=2", "sim.checkpoint_every=2", f"sim.checkpoint_dir={tmp_path}"])
+    path = tmp_path / "checkpoint.pt"
+    saved = checkpoint.load(path)
+    crafted = OmegaConf.create(saved["config"])
+    claimed = tmp_path / "claimed-by-the-checkpoint"
+    monkeypatch.setenv("FEDRUN_TEST_SECRET", "s3cr3t-value")
+    crafted.dataset.name = "${oc.env:FEDRUN_TEST_SECRET}"
+    crafted.sim.checkpoint_dir = f"${{fedrun_claim:{claimed}}}"
+    checkpoint.save(path, saved["method"], saved["runner"], OmegaConf.to_yaml(crafted), saved["run_id"])
+    with pytest.raises(ConfigError, match=r"these differ: dataset.name \('\$\{oc.env:FEDRUN_TEST_SECRET\}' →") as err:
+        run([f"sim.resume={path}"])
+    assert "s3cr3t-value" not in str(err.value)
+    assert not claimed.exists()
+
+
 def test_corrupt_or_missing_checkpoint_is_a_clean_error(tmp_path):
     bad = tmp_path / "broken.pt"
     bad.write_bytes(b"not a checkpoint")

@@ -152,6 +152,26 @@ def test_a_target_of_the_wrong_kind_is_named_before_its_config_is_read(override,
     assert refused.value.field == field
 
 
+@pytest.mark.parametrize("target", ["this.Nothing", "antigravity.Fly", "probe_options.side_effect.Missing"])
+def test_a_target_is_checked_before_its_module_runs(target, tmp_path, monkeypatch, capsys):
+    """Issue #68: ``method._target_=this.Nothing`` printed the Zen of Python before its error. A module whose
+    source does not define the class is refused by name without being imported."""
+    import sys
+
+    from fedrun.app.plan import plan
+
+    package = tmp_path / "probe_options"  # a user's own options package whose module has a side effect
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "side_effect.py").write_text("print('this module ran')\nclass Present: pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module_name = target.rpartition(".")[0]
+    with pytest.raises(ConfigError, match=r"a subclass of Method, defined in its module's source") as refused:
+        plan(compose_cfg(SMALL + [f"method._target_={target}"]))
+    assert refused.value.field == "method._target_"
+    assert module_name not in sys.modules and capsys.readouterr().out == ""
+
+
 def test_a_bucket_budget_below_the_largest_client_is_refused_before_training():
     """sim.max_slots=1 used to be accepted and ran every client alone (minutes per round)."""
     with pytest.raises(ConfigError, match=r"sim.max_slots=1 .* at least \d+: the largest client"):

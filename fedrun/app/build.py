@@ -10,9 +10,12 @@ options that cannot run together, from the capabilities each declares.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib
+import importlib.util
 import math
+from pathlib import Path
 from typing import Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
@@ -24,8 +27,14 @@ T = TypeVar("T")
 
 
 def resolve_target(target: str, group: str, base: type | None = None) -> type:
-    """The class ``target`` names, checked to be a ``base`` subclass with a ``Config`` (else a named error)."""
+    """The class ``target`` names, checked to be a ``base`` subclass with a ``Config`` (else a named error). Its
+    module is imported only once its source is seen to define the class (``defines_class``): a path to any other
+    module (``this.Nothing``, ``os.path.join``) is refused without running it."""
     module_name, _, class_name = target.rpartition(".")
+    if not defines_class(module_name, class_name):
+        wanted = "an importable class path" if base is None else f"a subclass of {base.__name__}"
+        raise ConfigError(f"{group}._target_", target, f"{wanted}, defined in its module's source "
+                          f"(fedrun/{group}/<option>.py, or a module of your own)")
     try:
         module = importlib.import_module(module_name)
         cls = getattr(module, class_name)
@@ -34,6 +43,24 @@ def resolve_target(target: str, group: str, base: type | None = None) -> type:
     if base is not None and not (isinstance(cls, type) and issubclass(cls, base) and hasattr(cls, "Config")):
         raise ConfigError(f"{group}._target_", target, f"a subclass of {base.__name__}")
     return cls
+
+
+def defines_class(module_name: str, class_name: str) -> bool:
+    """Whether the Python source of ``module_name`` defines ``class_name`` at its top level — read, not imported
+    (finding the module imports its parent packages only, as every import does)."""
+    if not module_name or not class_name.isidentifier():
+        return False
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        return False
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return False
+    try:
+        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return False
+    return any(isinstance(node, ast.ClassDef) and node.name == class_name for node in tree.body)
 
 
 def parse_config(config_cls: type[T], node: DictConfig | dict, group: str) -> T:

@@ -199,7 +199,9 @@ def resume_state(b: Built, cfg: DictConfig) -> tuple[RunnerState, str | None, bo
     if not path.exists() and "/" not in target and not target.endswith(".pt"):
         path = b.plan.tracker.fetch_checkpoint(target)
     payload = checkpoint.load(path)
-    saved = flatten(OmegaConf.to_container(OmegaConf.create(payload["config"]), resolve=True))
+    # compared as written, never resolved: a checkpoint holds its run's config resolved, so an interpolation in it
+    # (${oc.env:…}, ${fedrun_claim:…}) is foreign — it differs from the run's value instead of being evaluated
+    saved = flatten(OmegaConf.to_container(OmegaConf.create(payload["config"]), resolve=False))
     current = flatten(OmegaConf.to_container(cfg, resolve=True))
     # settings fedrun gained after the checkpoint was written: the checkpoint's run had none of them
     added = sorted(k for k in set(current) - set(saved) if not k.startswith(RESUME_MAY_CHANGE))
