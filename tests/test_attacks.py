@@ -52,9 +52,9 @@ def reference_upload(backbone, public, users, targets, lr):
     return -lr * grads[0], {k: -lr * g for k, g in zip(net, grads[1:])}
 
 
-@pytest.mark.parametrize("cls,config", [(ARA, ARAConfig(fraction=0.01, synthetic_users=4)),
+@pytest.mark.parametrize("cls,config", [(ARA, ARAConfig(fraction=0.01, synthetic_users=4, participation="every_round")),
                                         (AHum, AHumConfig(fraction=0.01, synthetic_users=4, mining_steps=5,
-                                                                   mining_lr=None))])
+                                                          mining_lr=None, participation="every_round"))])
 def test_uploads_equal_a_per_client_reference_loop(cls, config):
     backbone, public = ncf_view()
     attack = attack_on(cls, config, backbone)
@@ -259,7 +259,7 @@ def test_a_ra_raises_the_targets_exposure_end_to_end():
     """FedAvg-NCF on ml-100k for 1 epoch: 5% A-ra clients (47) put the least popular item into almost
     every eligible user's top 5; with a negligible step (the same run otherwise) it stays out."""
     base = ["dataset=ml-100k", "backbone=ncf", "track=none", "sim.progress=false", "sim.epochs=1", "eval.er_ks=[5]",
-            "attack=a_ra", "attack.fraction=0.05"]
+            "attack=a_ra", "attack.fraction=0.05", "attack.participation=every_round"]  # the stress setting
     clean = experiment.run(compose_cfg(base + ["attack.lr=1e-9"]))
     attacked = experiment.run(compose_cfg(base + ["attack.lr=2.0"]))  # ER@5 .08 at lr .5 after one epoch, 1.0 here
     assert clean.test["er_at_5"] < 0.05 and attacked.test["er_at_5"] > 0.5
@@ -274,7 +274,8 @@ def test_fake_clients_are_ordinary_clients_on_fabricated_data(attack):
     from fedrun.testing.fedavg_loop import clients_of, fedavg_round
     from fedrun.types import ClientBatch
 
-    cfg = compose_cfg(SMALL + ["backbone=ncf", "sim.fast_path=off", f"attack={attack}", "attack.fraction=0.05"]
+    cfg = compose_cfg(SMALL + ["backbone=ncf", "sim.fast_path=off", f"attack={attack}", "attack.fraction=0.05",
+                               "attack.participation=every_round"]  # every fake client in both rounds
                       + (["attack.items_limit=6"] if attack == "ra" else []))
     built = experiment.build_run(cfg)
     method, rounds, fake = built.method, built.trainer, built.plan.attack
@@ -345,7 +346,8 @@ def test_psmu_uploads_equal_a_per_client_reference_loop():
     from fedrun.attack.psmu import PSMU, PSMUConfig
 
     backbone, public = ncf_view()
-    config = PSMUConfig(fraction=0.01, synthetic_users=3, profile_size=4, fit_steps=3, fit_lr=0.05, n_alternatives=3)
+    config = PSMUConfig(fraction=0.01, synthetic_users=3, profile_size=4, fit_steps=3, fit_lr=0.05, n_alternatives=3,
+                        participation="every_round")
     attack = PSMU(config)
     attack.setup(AttackSetup(backbone, 400, 0.5, 0.05, torch.tensor([3, 7]), seed=11, device=torch.device("cpu"),
                              n_items=20))
@@ -385,3 +387,62 @@ def test_target_row_record_counts_uploaders_and_each_rules_push():
     assert got["push median"] == pytest.approx(-10 * small)  # the median of eight -s and two 1s, times 10 uploaders
     assert got["push trimmed mean"] == pytest.approx(10 * (1 - 7 * small) / 8)  # one -s and one 1 cut
     assert got["benign row norm q0.5"] == pytest.approx(small)  # the benign rows: three of norm s, one of norm 5
+
+
+def test_per_epoch_participation_is_the_reference_codes_schedule():
+    """Issue #62: ``per_epoch`` (the default) is the A-hum code's schedule: every epoch the benign and malicious
+    clients are shuffled together and dealt ``per_round`` at a time, so each malicious client joins exactly once
+    per epoch, in a round that varies from epoch to epoch, and the schedule is a function of the attack's seed."""
+    backbone, _ = ncf_view()
+
+    def schedule(seed, epochs=6, n_benign=100, per_round=16, rounds=7):
+        attack = ARA(ARAConfig(fraction=0.02))  # 8 malicious clients among 400 users
+        attack.setup(AttackSetup(backbone, 400, per_round / n_benign, 0.05, torch.tensor([3]), seed=seed,
+                                 device=torch.device("cpu"), schedule=(n_benign, per_round, rounds)))
+        assert attack.config.participation == "per_epoch"
+        joined = [[attack.joining(RoundContext(e * rounds + k, e, per_round)).tolist() for k in range(rounds)]
+                  for e in range(epochs)]
+        return attack.n_clients, joined
+
+    n_malicious, joined = schedule(seed=11)
+    for epoch in joined:  # exactly once per epoch
+        assert sorted(sum(epoch, [])) == list(range(n_malicious))
+    rounds_of = {m: {k for epoch in joined for k, ids in enumerate(epoch) if m in ids} for m in range(n_malicious)}
+    assert any(len(rounds) > 1 for rounds in rounds_of.values())  # shuffled anew each epoch, not a fixed round
+    assert len(set().union(*rounds_of.values())) > 3  # spread over the epoch, not bunched at its start
+    assert schedule(seed=11)[1] == joined and schedule(seed=12)[1] != joined
+
+
+def test_target_uploads_count_the_watched_rows_as_a_brute_force_count():
+    """The round's per-round record of the targets' uploads against a count over every uploaded row."""
+    from fedrun.defense.diagnostics import target_uploads
+    from fedrun.types import Uploads
+
+    gen = torch.Generator().manual_seed(5)
+    targets = torch.tensor([2, 9])
+
+    def uploads(n_clients, n_rows):
+        return Uploads(n_clients, torch.randint(0, n_clients, (n_rows,), generator=gen),
+                       torch.randint(0, 12, (n_rows,), generator=gen), torch.randn(n_rows, 4, generator=gen), {},
+                       torch.ones(n_clients))
+
+    benign, crafted = uploads(10, 80), uploads(3, 9)
+    record = target_uploads(benign, crafted, targets)
+    count_benign = sum(1 for item in benign.row_item.tolist() if item in (2, 9))
+    count_malicious = sum(1 for item in crafted.row_item.tolist() if item in (2, 9))
+    assert record["target_uploads_benign"] == count_benign and record["target_uploads_malicious"] == count_malicious
+    assert record["target_share_malicious"] == pytest.approx(count_malicious / (count_benign + count_malicious))
+    alone = target_uploads(benign, None, targets)
+    assert alone["target_uploads_malicious"] == 0 and alone["target_share_malicious"] == 0.0
+    assert "target_share_malicious" not in target_uploads(benign, None, torch.tensor([99]))  # nobody sent them
+
+
+def test_an_attacked_round_reports_the_attackers_share_of_the_target_rows():
+    cfg = compose_cfg(SMALL + ["backbone=ncf", "attack=a_hum", "attack.fraction=0.05",
+                               "attack.participation=every_round", "sim.clients_per_round=32"])
+    built = experiment.build_run(cfg)
+    stats = built.trainer.train_round(0)
+    assert stats.extra["target_uploads_malicious"] == built.plan.attack.n_clients  # one target row each
+    share = stats.extra["target_share_malicious"]
+    assert share == stats.extra["target_uploads_malicious"] / (stats.extra["target_uploads_malicious"]
+                                                                  + stats.extra["target_uploads_benign"])

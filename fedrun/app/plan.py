@@ -121,7 +121,10 @@ def build_run(cfg: DictConfig) -> Built:
             raise ConfigError("attack", p.choices["attack"], "none for a centralized method: it has no clients")
         setup_attack(p, split, method, trainer, evaluator, env.device)
     elif p.eval_config.watch == "least_popular":  # no attack: the exposure the attacks' default target has anyway
-        evaluator.watch_targets(choose_targets(AttackConfig(), split))
+        targets = choose_targets(AttackConfig(), split)
+        evaluator.watch_targets(targets)
+        if isinstance(trainer, FederatedRound):
+            trainer.watch_targets(targets)
     built = Built(p, env, method, trainer, evaluator, label)
     for name in clear_uploads(built):
         log.warning("privacy: every sampled client uploads its %s in the clear (privacy=%s); the server sees "
@@ -157,7 +160,10 @@ def setup_attack(p: Plan, split: Split, method: FederatedMethod, trainer: Federa
     known = None
     if "known_interactions" in p.attack.needs:  # (FedRecAttack's config holds what it knows)
         known = sample_known(split.train, config.known_fraction, config.known_seed)
+    sampler = trainer.sampler
+    schedule = (int(sampler.clients.numel()), sampler.per_round, sampler.rounds_per_epoch)
     p.attack.setup(AttackSetup(p.backbone, split.n_users, share, client_lr(p.method_config, config), targets,
-                               derive_seed(p.sim.seed, "attack"), device, split.n_items, step, known))
+                               derive_seed(p.sim.seed, "attack"), device, split.n_items, step, known, schedule))
     evaluator.watch_targets(targets)
+    trainer.watch_targets(targets)
     log.info("attack: %d malicious clients promote item(s) %s", getattr(p.attack, "n_clients", 0), targets.tolist())

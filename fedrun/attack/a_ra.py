@@ -13,9 +13,9 @@ a benign delta). The model view is the one the round's clients download.
 Vectorized: every malicious client's users and targets are one batch; each client differentiates
 its own copy of the shared weights (``[M, *shape]``), so the gradients are per client without a loop.
 Open points (config fields): the number of malicious clients is ⌊fraction × n_users⌋, at least 1
-(the code's int(n_users × fraction)); ``participation=every_round`` lets each join every round (the
-code shuffles them into every epoch; fedrun's rounds are its server steps), ``sampled`` lets each
-join a round with the benign clients' probability, drawn from the attack's seed.
+(the code's int(n_users × fraction)); ``participation=per_epoch`` (the default) lets each join once per
+epoch at its place among the benign clients shuffled with it, as the code deals them; ``sampled`` lets each
+join a round with the benign clients' probability, ``every_round`` every server step (a stress setting).
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from fedrun.errors import check, check_choice
 from fedrun.types import ClientBatch, RoundContext, Uploads
 
 NEEDS = ("model_view", "client_step", "known_interactions", "fabricated_data")
+PARTICIPATION = ("per_epoch", "sampled", "every_round")  # how malicious clients join rounds (``Attack.joining``)
 
 
 @dataclass
@@ -33,7 +34,10 @@ class AttackConfig:
     n_targets: int = 1  # how many target items (least_popular, random)
     target_ids: list[int] = field(default_factory=list)  # targets=explicit: the item ids
     target_seed: int = 0  # targets=random: its own seed (not the data's, not the training's)
-    participation: str = "every_round"  # every_round (the reference code) | sampled (like benign clients)
+    # per_epoch: each malicious client joins once per epoch, shuffled with the benign clients (the A-hum and
+    # FedRecAttack code) | sampled: each round with a benign client's odds | every_round: a stress setting, every
+    # malicious client at every server step (rounds-per-epoch times the reference code's pressure)
+    participation: str = "per_epoch"
     lr: float | None = None  # step of a malicious upload (−lr × gradient); null: the method's client lr
 
     def __post_init__(self) -> None:
@@ -43,15 +47,15 @@ class AttackConfig:
         check(self.target_seed >= 0, "target_seed", self.target_seed, "an integer >= 0")
         check(self.targets != "explicit" or len(self.target_ids) >= 1, "target_ids", self.target_ids,
               "a non-empty list of item ids with targets=explicit")
-        check_choice("participation", self.participation, ("every_round", "sampled"))
+        check_choice("participation", self.participation, PARTICIPATION)
         check(self.lr is None or self.lr > 0, "lr", self.lr, "a number > 0 or null")
 
 
 @dataclass(frozen=True)
 class AttackSetup:
-    """What the attacker knows before the first round: the protocol (architecture, client lr), how
-    many benign users there are (to size itself), the share of clients a round samples, its target
-    items and its own seed."""
+    """What the attacker knows before the first round: the protocol (architecture, client lr, how the server
+    deals clients into rounds), how many benign users there are (to size itself), its target items and its own
+    seed."""
 
     backbone: Backbone
     n_users: int
@@ -63,6 +67,8 @@ class AttackSetup:
     n_items: int = 0  # the catalogue the clients download
     client_step: Callable[[ClientBatch, torch.Tensor, int], Any] | None = None  # the benign client software
     known: KnownInteractions | None = None  # the benign interactions it knows (``needs`` known_interactions)
+    # the epoch the server deals (``participation=per_epoch``): its benign clients, per round, rounds
+    schedule: tuple[int, int, int] | None = None
 
 
 class Attack:
@@ -81,15 +87,38 @@ class Attack:
         int(n_users × fraction)), and remember what ``joining`` draws from."""
         self.n_clients = max(1, int(setup.n_users * self.config.fraction))
         self.round_share, self.seed, self.device = setup.round_share, setup.seed, setup.device
+        self.schedule = setup.schedule
 
     def joining(self, ctx: RoundContext) -> torch.Tensor:
-        """[M'] the malicious clients that join round ``ctx.round``: all (``every_round``), or each with
-        a benign client's odds of being sampled (``sampled``), drawn from the attack's own seed."""
+        """[M'] the malicious clients that join round ``ctx.round``, drawn from the attack's own seed:
+        ``per_epoch`` — each once per epoch, at its place in the epoch's order of benign and malicious clients
+        shuffled together (``epoch_rounds``); ``sampled`` — each with a benign client's odds; ``every_round`` —
+        all of them."""
         everyone = torch.arange(self.n_clients, device=self.device)
-        if self.config.participation == "every_round":
+        participation = self.config.participation
+        if participation == "every_round":
             return everyone
+        if participation == "per_epoch":
+            return everyone[(self.epoch_rounds(ctx.epoch) == ctx.round % self.rounds_per_epoch).to(self.device)]
         draw = torch.rand(self.n_clients, generator=generator(self.seed, "attack-participation", ctx.round))
         return everyone[(draw < self.round_share).to(everyone.device)]
+
+    @property
+    def rounds_per_epoch(self) -> int:
+        if self.schedule is None:
+            raise RuntimeError("participation=per_epoch needs the server's schedule (AttackSetup.schedule)")
+        return self.schedule[2]
+
+    def epoch_rounds(self, epoch: int) -> torch.Tensor:
+        """[M] the round of ``epoch`` (0-based within it) each malicious client joins: the epoch's N benign and M
+        malicious clients are shuffled together and dealt ``per_round`` at a time, as the reference code deals
+        them (places past the benign epoch's last round fall into that round)."""
+        assert self.schedule is not None, "participation=per_epoch needs AttackSetup.schedule"
+        n_benign, per_round, rounds = self.schedule
+        order = torch.randperm(n_benign + self.n_clients, generator=generator(self.seed, "attack-epoch", epoch))
+        place = torch.empty_like(order)
+        place[order] = torch.arange(order.numel())  # each client's place in the epoch's order
+        return (place[n_benign:] // per_round).clamp_max(rounds - 1)  # the malicious clients are the last M ids
 
     def craft(self, view: PublicParams, ctx: RoundContext) -> Uploads | None:
         """The malicious clients' uploads this round, crafted from the model view (None: none join).

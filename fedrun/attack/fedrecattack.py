@@ -50,7 +50,6 @@ CHANGE_EPS = 1e-4  # the code refits only when Σ|Δ item table| ≥ this
 @dataclass
 class FedRecAttackConfig(AttackConfig):
     fraction: float = 0.05  # the code's clients_limit
-    participation: str = "sampled"  # the code shuffles malicious clients into each epoch like benign ones
     targets: str = "random"  # the code: one random item
     known_fraction: float = 0.01  # share of the training interactions the attacker knows (part_percent 1 %)
     known_seed: int = 0  # draws the known interactions (fixed across training seeds, like the code's file)

@@ -1,7 +1,7 @@
 """What a robust rule does to an item row's uploads: the analyses behind the notes on Median's cost and on the
-attacks' target rows (``scripts/investigations/median_rows.py``, ``target_row_uploads.py``). They read a round's
-uploads beside the simulation's own bookkeeping (who sent what, the clients' training data); no server-side
-code calls them."""
+attacks' target rows (``scripts/investigations/median_rows.py``, ``target_row_uploads.py``) and the round's
+per-round count of the watched targets' uploads (``target_uploads``). They read a round's uploads beside the
+simulation's own bookkeeping (who sent what, the clients' training data); no server-side code calls them."""
 
 from __future__ import annotations
 
@@ -24,6 +24,18 @@ def mean_pairwise_cosine(rows: torch.Tensor) -> float:
     gram = unit @ unit.T
     n = rows.shape[0]
     return float((gram.sum() - gram.diagonal().sum()) / (n * (n - 1)))
+
+
+def target_uploads(benign: Uploads, crafted: Uploads | None, targets: torch.Tensor) -> dict[str, float]:
+    """One round's uploads of the watched target rows (``targets`` [T]): how many rows the benign clients and the
+    attack's clients sent for them, and the attack's share of them — the weight it has in what a per-row rule
+    aggregates for its targets (#62's regime axis). The simulation's bookkeeping: it knows who is malicious."""
+    benign_rows = int(torch.isin(benign.row_item, targets).sum())
+    malicious_rows = 0 if crafted is None else int(torch.isin(crafted.row_item, targets).sum())
+    out = {"target_uploads_benign": float(benign_rows), "target_uploads_malicious": float(malicious_rows)}
+    if benign_rows + malicious_rows:
+        out["target_share_malicious"] = malicious_rows / (benign_rows + malicious_rows)
+    return out
 
 
 def target_row_record(uploads: Uploads, ctx: RoundContext, target: int) -> dict[str, float]:

@@ -27,6 +27,7 @@ import torch
 from fedrun.attack.base import Attack
 from fedrun.core.seeding import generator
 from fedrun.defense.base import Defense
+from fedrun.defense.diagnostics import target_uploads
 from fedrun.kernels.config import SimConfig
 from fedrun.kernels.guards import check_finite, check_uploads
 from fedrun.kernels.sampling import ClientSampler
@@ -50,6 +51,11 @@ class FederatedRound:
         self.exact_sum = method.needs(method.config).exact_sum is not None
         self.uses_fast_path = (method.fast_path_exact() and not privacy.transforms_uploads and not attack.active
                                and defense.linear)
+        self.watched: torch.Tensor | None = None  # [T] the attack's target items, whose uploads each round counts
+
+    def watch_targets(self, targets: torch.Tensor) -> None:
+        """Count each round's uploads of ``targets`` [T] (benign and malicious) beside the round's metrics."""
+        self.watched = targets
 
     def rounds_per_epoch(self) -> int:
         return self.sampler.rounds_per_epoch
@@ -84,6 +90,8 @@ class FederatedRound:
             extra.update(protocol_metrics)
             # 6. the attack's clients join
             crafted = self.attack.craft(method.server.public, ctx)  # the model view the round downloads
+            if self.watched is not None:
+                extra.update(target_uploads(uploads, crafted, self.watched.to(uploads.row_item.device)))
             if crafted is not None:
                 uploads = Uploads.concat([uploads, crafted.to(uploads.row_delta.device)])
             # 7. guards
