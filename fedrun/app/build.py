@@ -185,6 +185,10 @@ def check_combination(method_cls: type, method_config: Any, backbone: Any, priva
     check(not (graph and attack.active), "attack", name("attack", attack),
           f"attack=none with {name('backbone', backbone)}: malicious clients have no ego graph in the neighbour "
           "expansion (attacks run with ID backbones)")
+    check(backbone.user_context in attack.user_contexts, "attack", name("attack", attack),
+          f"attack=none with backbone={name('backbone', backbone)} (its users are {backbone.user_context}): "
+          f"{name('attack', attack)}'s clients are users with rows of their own "
+          f"({' or '.join(sorted(attack.user_contexts))}; attacks run with ID backbones such as mf or ncf)")
     protected = list(privacy.targets)
     check("user_embedding" not in protected or graph or method_cls.shares_embeddings(method_config), "privacy.targets",
           protected, f"[item_rows] for {method} with these settings: it uploads no user embedding, so the "

@@ -75,6 +75,10 @@ class Attack:
     Config: ClassVar[type]
     active: ClassVar[bool] = True  # False only for the no-attack option (keeps the FedSGD fast path)
     needs: ClassVar[frozenset[str]] = frozenset({"model_view"})  # a subset of NEEDS
+    # the backbone user contexts its clients can take part in (``fedrun.method.context``): every attack's clients
+    # are users that are rows of their own (synthetic users scored by the backbone, fabricated clients' private
+    # rows), so ids only — a sequence's users are queries inferred from a history, a graph's need an ego graph
+    user_contexts: ClassVar[frozenset[str]] = frozenset({"ids"})
 
     def __init__(self, config):
         self.config = config

@@ -18,6 +18,7 @@ class NoAttack(Attack):
     Config = NoAttackConfig
     active = False
     needs = frozenset()
+    user_contexts = frozenset({"ids", "sequence", "graph"})
 
     def craft(self, view: PublicParams, ctx: RoundContext) -> Uploads | None:
         return None
