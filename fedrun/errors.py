@@ -36,6 +36,15 @@ def check(ok: bool, field: str, value: Any, allowed: str) -> None:
         raise ConfigError(field, value, allowed)
 
 
+SEED_LIMIT = 2 ** 32  # every random stream is keyed by a seed's low 32 bits (``fedrun.core.seeding.derive_seed``)
+
+
+def check_seed(field: str, value: int) -> None:
+    """One rule for every seed: an integer in [0, 2^32). A larger one would name a different run while giving the
+    same numbers as its low 32 bits (the streams read those), so it is refused, not wrapped."""
+    check(0 <= value < SEED_LIMIT, field, value, "an integer in [0, 2^32): every seed keys 32-bit streams")
+
+
 def check_choice(field: str, value: Any, choices: Iterable[Any]) -> None:
     choices = list(choices)
     check(value in choices, field, value, "one of " + ", ".join(map(str, choices)))

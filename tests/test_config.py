@@ -276,3 +276,20 @@ def test_a_papers_command_runs_what_its_preset_measured(command, preset):
                 if not k.startswith(("choices.", "paper.", "figure.")) and k not in ("row", "experiment_name")}
 
     assert values(command) == values(preset)
+
+
+@pytest.mark.parametrize("field", ["sim.seed", "dataset.split.seed", "dataset.seed", "attack.target_seed",
+                                   "attack.known_seed", "eval.seed"])
+def test_every_seed_follows_one_rule(field):
+    """Issue #68: sim.seed accepted 2^64 while dataset.split.seed refused 2^63, and a seed past 2^32 named a new run
+    while its streams (keyed by the low 32 bits) gave the numbers of an old one. One rule: [0, 2^32)."""
+    from fedrun.app.plan import plan
+
+    extra = {"attack.known_seed": ["attack=fedrecattack"], "eval.seed": ["eval=sampled", "eval.num_negatives=9",
+                                                                      "eval.ks=[5]"],
+             "attack.target_seed": ["attack=a_ra", "attack.targets=random"]}.get(field, [])
+    plan(compose_cfg(SMALL + extra + [f"{field}={2 ** 32 - 1}"]))  # the largest seed is accepted
+    for bad in (2 ** 32, 2 ** 64, -1):
+        with pytest.raises(ConfigError, match=r"an integer in \[0, 2\^32\)") as refused:
+            plan(compose_cfg(SMALL + extra + [f"{field}={bad}"]))
+        assert refused.value.field == field

@@ -20,7 +20,7 @@ import torch
 from fedrun.attack._known import KnownInteractions
 from fedrun.backbone.base import Backbone, PublicParams
 from fedrun.core.seeding import generator
-from fedrun.errors import check, check_choice
+from fedrun.errors import check, check_choice, check_seed
 from fedrun.types import ClientBatch, RoundContext, Uploads
 
 NEEDS = ("model_view", "client_step", "known_interactions", "fabricated_data")
@@ -44,7 +44,7 @@ class AttackConfig:
         check(0 < self.fraction < 1, "fraction", self.fraction, "a number in (0, 1) of malicious clients per user")
         check_choice("targets", self.targets, ("least_popular", "random", "explicit"))
         check(self.n_targets >= 1, "n_targets", self.n_targets, "an integer >= 1")
-        check(self.target_seed >= 0, "target_seed", self.target_seed, "an integer >= 0")
+        check_seed("target_seed", self.target_seed)
         check(self.targets != "explicit" or len(self.target_ids) >= 1, "target_ids", self.target_ids,
               "a non-empty list of item ids with targets=explicit")
         check_choice("participation", self.participation, PARTICIPATION)

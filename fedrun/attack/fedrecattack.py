@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from fedrun.attack.base import Attack, AttackConfig, AttackSetup
 from fedrun.backbone.base import PublicParams
 from fedrun.core.seeding import generator
-from fedrun.errors import ConfigError, check, check_positive
+from fedrun.errors import ConfigError, check, check_positive, check_seed
 from fedrun.types import RoundContext, Uploads
 
 MASKED = -float(1 << 10)  # the code's score for excluded items
@@ -64,7 +64,7 @@ class FedRecAttackConfig(AttackConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check(0 < self.known_fraction <= 1, "known_fraction", self.known_fraction, "a share in (0, 1]")
-        check(self.known_seed >= 0, "known_seed", self.known_seed, "an integer >= 0")
+        check_seed("known_seed", self.known_seed)
         check(self.items_limit >= 1, "items_limit", self.items_limit, "an integer >= 1")
         check_positive("grad_limit", self.grad_limit)
         check_positive("noise_var", self.noise_var, allow_zero=True)

@@ -17,7 +17,7 @@ from fedrun.data import filtering, splits
 from fedrun.data.files import DataFile, digest, resolve
 from fedrun.data.interactions import Interactions
 from fedrun.data.splits import Split
-from fedrun.errors import check, check_choice, check_fraction
+from fedrun.errors import check, check_choice, check_fraction, check_seed
 
 log = logging.getLogger("fedrun")
 
@@ -44,7 +44,7 @@ class SplitConfig:
               f"test_ratio + valid_ratio < 1 (test_ratio is {self.test_ratio})")
         check(self.n_folds >= 2, "split.n_folds", self.n_folds, "an integer >= 2")
         check(0 <= self.fold < self.n_folds, "split.fold", self.fold, f"an integer in [0, {self.n_folds})")
-        check(0 <= self.seed < 2 ** 63, "split.seed", self.seed, "an integer in [0, 2^63)")
+        check_seed("split.seed", self.seed)
 
 
 @dataclass

@@ -16,7 +16,7 @@ import numpy as np
 from fedrun.data.files import DataFile
 from fedrun.data.interactions import Interactions
 from fedrun.dataset.base import Dataset, DatasetConfig
-from fedrun.errors import check, check_positive
+from fedrun.errors import check, check_positive, check_seed
 
 
 @dataclass
@@ -42,7 +42,7 @@ class SyntheticConfig(DatasetConfig):
               f"a number < n_items / 2 ({self.n_items / 2})")
         check_positive("temperature", self.temperature)
         check(self.latent_dim >= 1, "latent_dim", self.latent_dim, "an integer >= 1")
-        check(self.seed >= 0, "seed", self.seed, "an integer >= 0")
+        check_seed("seed", self.seed)
 
 
 class Synthetic(Dataset):

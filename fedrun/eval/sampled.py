@@ -21,7 +21,7 @@ from fedrun.core.seeding import derive_seed
 from fedrun.data.client_store import ClientStore
 from fedrun.data.interactions import Interactions
 from fedrun.data.negatives import sample_negatives
-from fedrun.errors import check, check_choice
+from fedrun.errors import check, check_choice, check_seed
 from fedrun.eval.base import EvalConfig, Evaluator
 from fedrun.eval.metrics import from_ranks
 from fedrun.method.base import Method
@@ -37,7 +37,7 @@ class SampledConfig(EvalConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check(self.num_negatives >= 1, "num_negatives", self.num_negatives, "an integer >= 1")
-        check(self.seed >= 0, "seed", self.seed, "an integer >= 0")
+        check_seed("seed", self.seed)
         hits = {"hr", "recall"} & set(self.metrics)  # MRR and NDCG stay meaningful over every candidate
         check(not hits or max(self.ks, default=1) <= self.num_negatives, "ks", self.ks,
               f"cut-offs up to num_negatives = {self.num_negatives} with {'/'.join(sorted(hits))} (a cut-off of all "

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedrun.errors import ConfigError, check, check_choice
+from fedrun.errors import ConfigError, check, check_choice, check_seed
 
 
 @dataclass
@@ -35,7 +35,7 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         check(self.epochs >= 1, "epochs", self.epochs, "an integer >= 1")
-        check(self.seed >= 0, "seed", self.seed, "an integer >= 0 (as dataset.split.seed)")
+        check_seed("seed", self.seed)
         for name in ("resume", "checkpoint_dir"):
             value = getattr(self, name)
             check(value is None or str(value).strip() != "", name, value, "null or a non-empty path")
