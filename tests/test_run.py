@@ -81,6 +81,21 @@ def test_non_finite_loss_fails_the_run_with_its_reason():
     assert "NumericalError" in record.data.tags["fedrun.failure_reason"]
 
 
+@pytest.mark.parametrize("overrides,named", [
+    # finite but diverged (item rows near 1e29): was scored and FINISHED
+    (["method.optimizer.lr=1e30"], r"magnitude .* past 1e\+15: the model has diverged\. Lower the learning rate"),
+    # an attack's step and the privacy noise were blamed on method.optimizer.lr
+    (["backbone=ncf", "attack=a_ra", "attack.fraction=0.05", "attack.lr=1e30"],
+     r"the attack's uploads \(ARA\) produced values of magnitude .* Lower attack\.lr"),
+    (["privacy=ldp", "privacy.epsilon=1e-300", "privacy.targets=[item_rows]"],
+     r"the privacy mechanism \(LDP\) produced \d+ non-finite .* Raise privacy\.epsilon"),
+])
+def test_a_diverged_model_fails_naming_the_setting_that_scaled_it(overrides, named):
+    """Issue #68 (5): magnitude is guarded, not only finiteness, and the error names the true cause."""
+    with pytest.raises(NumericalError, match=named):
+        run(overrides + ["sim.epochs=1"])
+
+
 def test_report_aggregates_seeds_and_lists_failed_runs(tmp_path):
     for method in ("fedavg", "pop"):
         for seed in (1, 2):

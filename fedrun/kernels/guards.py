@@ -14,20 +14,33 @@ from fedrun.types import Uploads
 
 
 class NumericalError(FedrunError):
-    """Training produced a non-finite value."""
+    """Training produced a non-finite value, or one so large that the model has diverged."""
+
+
+# |value| past which a model has diverged: a score multiplies two such values and sums d of them, which leaves
+# float32 (3.4e38) soon after; no recommender's parameters, deltas or ratings come near it.
+DIVERGED = 1e15
+LEARNING_RATE = ("Lower the learning rate (method.optimizer.lr, or method.lr / method.server_optimizer.lr where "
+                 "the method has no client optimizer), or check the data and the method's settings.")
 
 
 class UploadError(RuntimeError):
     """A client upload holds fields the protocol does not declare (a bug in a method)."""
 
 
-def check_finite(tensor: torch.Tensor, component: str, round_index: int) -> None:
-    if tensor.numel() and not bool(torch.isfinite(tensor).all()):
-        bad = int((~torch.isfinite(tensor)).sum())
-        raise NumericalError(
-            f"{component} produced {bad} non-finite value(s) in round {round_index}. Lower the learning rate "
-            "(method.optimizer.lr, or method.lr / method.server_optimizer.lr where the method has no client "
-            "optimizer), or check the data and the method's settings.")
+def check_finite(tensor: torch.Tensor, component: str, round_index: int, cause: str = LEARNING_RATE) -> None:
+    """Nothing non-finite, and nothing past ``DIVERGED`` in magnitude, leaves ``component``; ``cause``: the
+    settings that scale what it produced, named in the error."""
+    if not tensor.numel():
+        return
+    finite = torch.isfinite(tensor)
+    if not bool(finite.all()):
+        bad = int((~finite).sum())
+        raise NumericalError(f"{component} produced {bad} non-finite value(s) in round {round_index}. {cause}")
+    peak = float(tensor.detach().abs().max())
+    if peak > DIVERGED:
+        raise NumericalError(f"{component} produced values of magnitude {peak:.3g} in round {round_index}, past "
+                             f"{DIVERGED:g}: the model has diverged. {cause}")
 
 
 def check_model(state: dict, rounds: int) -> None:
@@ -65,6 +78,11 @@ def check_uploads(uploads: Uploads, schema: UploadSchema, round_index: int, comp
         if tuple(delta.shape[1:]) != schema.dense[name]:
             raise UploadError(f"{component}: delta of {name} has shape {tuple(delta.shape[1:])}, "
                               f"expected {schema.dense[name]}")
-    check_finite(uploads.row_delta, component, round_index)
+    check_upload_values(uploads, component, round_index)
+
+
+def check_upload_values(uploads: Uploads, component: str, round_index: int, cause: str = LEARNING_RATE) -> None:
+    """Every row and dense delta of ``uploads`` finite and short of ``DIVERGED`` (``check_finite``)."""
+    check_finite(uploads.row_delta, component, round_index, cause)
     for delta in uploads.dense.values():
-        check_finite(delta, component, round_index)
+        check_finite(delta, component, round_index, cause)

@@ -29,12 +29,16 @@ from fedrun.core.seeding import generator
 from fedrun.defense.base import Defense
 from fedrun.defense.diagnostics import target_uploads
 from fedrun.kernels.config import SimConfig
-from fedrun.kernels.guards import check_finite, check_uploads
+from fedrun.kernels.guards import LEARNING_RATE, check_finite, check_upload_values, check_uploads
 from fedrun.kernels.sampling import ClientSampler
 from fedrun.method.base import RoundStats
 from fedrun.method.federated import ClientResult, FederatedMethod
 from fedrun.privacy.base import Privacy
 from fedrun.types import Aggregate, RoundContext, Uploads
+
+ATTACK_STEP = "Lower attack.lr (the step of a malicious upload; null: the method's client lr)."
+PRIVACY_NOISE = ("Raise privacy.epsilon (or lower privacy.scale): the mechanism's noise has left the model's "
+                 "scale.")
 
 
 class FederatedRound:
@@ -52,6 +56,9 @@ class FederatedRound:
         self.uses_fast_path = (method.fast_path_exact() and not privacy.transforms_uploads and not attack.active
                                and defense.linear)
         self.watched: torch.Tensor | None = None  # [T] the attack's target items, whose uploads each round counts
+        # what scales the aggregate, named when it diverges: the clients' lr, and the attack's and the noise's if any
+        self.aggregate_cause = " ".join([LEARNING_RATE] + [ATTACK_STEP] * attack.active
+                                        + [PRIVACY_NOISE] * privacy.transforms_uploads)
 
     def watch_targets(self, targets: torch.Tensor) -> None:
         """Count each round's uploads of ``targets`` [T] (benign and malicious) beside the round's metrics."""
@@ -90,6 +97,9 @@ class FederatedRound:
             extra.update(protocol_metrics)
             # 6. the attack's clients join
             crafted = self.attack.craft(method.server.public, ctx)  # the model view the round downloads
+            if crafted is not None:
+                check_upload_values(crafted, f"the attack's uploads ({type(self.attack).__name__})", round_index,
+                                    ATTACK_STEP)
             if self.watched is not None:
                 extra.update(target_uploads(uploads, crafted, self.watched.to(uploads.row_item.device)))
             if crafted is not None:
@@ -99,7 +109,8 @@ class FederatedRound:
             extra.update(method.observe_uploads(benign, senders, ctx))
             # 8. the one aggregation path
             aggregate = self.aggregate(uploads, senders, ctx)
-        check_finite(aggregate.item_delta, f"the aggregate (defense={type(self.defense).__name__})", round_index)
+        check_finite(aggregate.item_delta, f"the aggregate (defense={type(self.defense).__name__})", round_index,
+                     self.aggregate_cause)
         # 9. the server program's step
         extra.update(method.server.step(aggregate, ctx))
         method.server.steps += 1
@@ -120,8 +131,11 @@ class FederatedRound:
             result = client.step(problem)
             check_finite(result.user, component, ctx.round)
             client.private.user[problem.batch.users] = result.user
-            results.append(ClientResult(self.privacy.apply(result.uploads, gen), result.user, result.loss,
-                                        result.stats, result.relay))
+            privatized = self.privacy.apply(result.uploads, gen)
+            if self.privacy.transforms_uploads:
+                check_upload_values(privatized, f"the privacy mechanism ({type(self.privacy).__name__})", ctx.round,
+                                    PRIVACY_NOISE)
+            results.append(ClientResult(privatized, result.user, result.loss, result.stats, result.relay))
         return results
 
     def aggregate(self, uploads: Uploads, senders: torch.Tensor, ctx: RoundContext) -> Aggregate:
