@@ -293,3 +293,24 @@ def test_every_seed_follows_one_rule(field):
         with pytest.raises(ConfigError, match=r"an integer in \[0, 2\^32\)") as refused:
             plan(compose_cfg(SMALL + extra + [f"{field}={bad}"]))
         assert refused.value.field == field
+
+
+@pytest.mark.parametrize("overrides,field", [
+    (["defense=multi_krum", "defense.m=100000"], "defense.m"),  # every upload averaged: the plain mean
+    (["defense=hics", "defense.min_uploaders=100000"], "defense.min_uploaders"),  # no row ever updated
+    (["method=perfedrecpp", "backbone=lightgcn", "privacy=none", "method.clusters=3", "method.pretrain_rounds=1000",
+      "sim.epochs=1"], "method.pretrain_rounds"),  # only pre-trains, recorded as PerFedRec++
+    (["method=perfedrec", "backbone=lightgcn", "privacy=none", "method.clusters=3", "method.cluster_from=1000",
+      "sim.epochs=1"], "method.cluster_from"),  # the clusters never form
+    (["attack=a_ra", "attack.target_ids=[3]"], "attack.target_ids"),  # attacked the least popular item instead
+    (["attack=a_ra", "attack.targets=explicit", "attack.target_ids=[5,5]"], "attack.target_ids"),  # counted twice
+    (["dataset.ratings=true", "eval.kind=rating"], "eval.kind"),  # an RMSE of ranking scores
+    (["eval.ks=[80]"], "eval.ks"),  # the whole catalogue: every hit 1
+    (["attack=a_ra", "eval.er_ks=[5,80]"], "eval.er_ks"),
+    (["sim.threads=100000"], "sim.threads"),
+])
+def test_a_setting_that_would_change_what_the_run_measures_is_refused_before_training(overrides, field):
+    """Issue #68 (3): each of these kept its run's label while measuring something else."""
+    with pytest.raises(ConfigError) as refused:
+        experiment.build_run(compose_cfg(SMALL + overrides))
+    assert refused.value.field == field

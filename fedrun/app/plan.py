@@ -116,6 +116,7 @@ def build_run(cfg: DictConfig) -> Built:
     evaluator = build(cfg.eval, "eval", Evaluator, split=split, device=env.device,
                       rating=p.backbone.rating_model, bytes_per_pair=p.backbone.full_score_bytes_per_pair())
     check_selection(p.sim, evaluator)
+    method.check_length(trainer.rounds_per_epoch() * p.sim.epochs)  # the run's length (max_rounds only cuts it)
     if p.attack.active and isinstance(p.attack.config, AttackConfig):
         if not (isinstance(method, FederatedMethod) and isinstance(trainer, FederatedRound)):  # (check_combination)
             raise ConfigError("attack", p.choices["attack"], "none for a centralized method: it has no clients")

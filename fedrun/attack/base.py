@@ -47,6 +47,10 @@ class AttackConfig:
         check_seed("target_seed", self.target_seed)
         check(self.targets != "explicit" or len(self.target_ids) >= 1, "target_ids", self.target_ids,
               "a non-empty list of item ids with targets=explicit")
+        check(self.targets == "explicit" or not self.target_ids, "target_ids", list(self.target_ids),
+              f"[] with targets={self.targets} (set targets=explicit to attack these items)")
+        check(len(set(self.target_ids)) == len(self.target_ids), "target_ids", list(self.target_ids),
+              "distinct item ids (a repeated target is counted twice in ER@K)")
         check_choice("participation", self.participation, PARTICIPATION)
         check(self.lr is None or self.lr > 0, "lr", self.lr, "a number > 0 or null")
 

@@ -57,6 +57,10 @@ def quantile_of(values: torch.Tensor, q: float) -> torch.Tensor:
 class HiCS(Defense):
     Config = HiCSConfig
 
+    def check_participants(self, n_clients: int) -> None:
+        check(self.config.min_uploaders <= n_clients, "defense.min_uploaders", self.config.min_uploaders,
+              f"at most the round's {n_clients} clients: a row with fewer uploaders in a round is never updated")
+
     def aggregate(self, uploads: Uploads, ctx: RoundContext | None = None) -> Aggregate:
         config = self.config
         rows = uploads.row_delta  # [R, di]

@@ -23,6 +23,12 @@ class MultiKrumConfig(KrumConfig):
 class MultiKrum(Krum):
     Config = MultiKrumConfig
 
+    def check_participants(self, n_clients: int) -> None:
+        super().check_participants(n_clients)
+        check(self.config.m < n_clients, "defense.m", self.config.m,
+              f"fewer than the round's {n_clients} clients: averaging m >= a row's uploaders keeps them all, the "
+              "plain mean")
+
     @property
     def selected(self) -> int:  # type: ignore[override]
         return self.config.m

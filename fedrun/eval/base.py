@@ -54,9 +54,15 @@ class Evaluator:
                        for name, part in (("train", split.train), ("valid", split.valid), ("test", split.test))
                        if part is not None}
         self.targets: torch.Tensor | None = None  # attack targets: ER@K is reported beside the metrics
+        check(config.kind != "rating" or rating, "eval.kind", "rating",
+              "ranking or auto for this backbone: it ranks items, its scores are not ratings (an RMSE of them "
+              "would be reported as a rating error)")
 
     def watch_targets(self, targets: torch.Tensor) -> None:
         """Report the exposure of these items (ER@K, target NDCG@K) with every evaluation."""
+        n_items = self.split.n_items
+        check(max(self.config.er_ks) < n_items, "eval.er_ks", list(self.config.er_ks),
+              f"cut-offs below the catalogue's {n_items} items (a cut-off of every item exposes every target)")
         self.targets = targets
 
     @contextmanager

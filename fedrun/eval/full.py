@@ -32,6 +32,11 @@ class FullConfig(EvalConfig):
 class Full(Evaluator):
     Config = FullConfig
 
+    def __init__(self, config: FullConfig, split, device, rating: bool, bytes_per_pair: int = 4):
+        super().__init__(config, split, device, rating, bytes_per_pair)
+        check(max(config.ks) < split.n_items, "eval.ks", list(config.ks),
+              f"cut-offs below the catalogue's {split.n_items} items (a cut-off of every item makes every hit 1)")
+
     def chunk_users(self, n_items: int) -> int:
         return max(1, (cast(FullConfig, self.config).memory_mb << 20) // (n_items * self.bytes_per_pair))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -54,6 +55,9 @@ class SimConfig:
         check_choice("fast_path", self.fast_path, ("auto", "off"))
         check_choice("sampling", self.sampling, ("epoch", "independent"))
         check(self.threads is None or self.threads >= 1, "threads", self.threads, "null or an integer >= 1")
+        cores = os.cpu_count() or 1
+        check(self.threads is None or self.threads <= cores, "threads", self.threads,
+              f"null or at most this machine's {cores} cores (more threads than cores only contend for them)")
         check(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "an integer >= 0")
         check(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device) is not None, "device",
               self.device, "auto, cpu, cuda or cuda:N")

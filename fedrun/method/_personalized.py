@@ -220,6 +220,11 @@ class PersonalizedMethod(FederatedMethod):
     def first_cluster_round(self) -> int:
         return self.config.cluster_from
 
+    def check_length(self, rounds: int) -> None:
+        """The clusters must form inside the run (else it is FedGNN under the family's name)."""
+        check(self.first_cluster_round() < rounds, "method.cluster_from", self.config.cluster_from,
+              f"a round before the run's last ({rounds} rounds): the clusters never form otherwise")
+
     # -- state -----------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {**super().state_dict(), "clusters": self.clusters.state_dict()}

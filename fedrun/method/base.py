@@ -46,6 +46,10 @@ class Method:
     def rounds_per_epoch(self) -> int:
         raise NotImplementedError
 
+    def check_length(self, rounds: int) -> None:
+        """Refuse, before training, a setting that needs more than the run's ``rounds`` to mean what the run's
+        label says (PerFedRec++ that only pre-trains); nothing by default."""
+
     def train_round(self, round_index: int) -> RoundStats:
         raise NotImplementedError
 

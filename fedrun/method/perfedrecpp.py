@@ -114,6 +114,11 @@ class PerFedRecPP(PersonalizedMethod):
         """``cluster_from`` counts from the end of pre-training."""
         return self.config.pretrain_rounds + self.config.cluster_from
 
+    def check_length(self, rounds: int) -> None:
+        check(self.config.pretrain_rounds < rounds, "method.pretrain_rounds", self.config.pretrain_rounds,
+              f"fewer than the run's {rounds} rounds: otherwise it only pre-trains (and is recorded as PerFedRec++)")
+        super().check_length(rounds)
+
     def exchange(self, users: torch.Tensor, round_index: int, privacy: Privacy) -> Exchange:
         """Pre-training rounds: the server also sends every client of the round the shared rows of
         ``user_negatives`` random users (Eq. 4's other users; anonymous)."""

@@ -113,7 +113,7 @@ def bench_w9(args, out: Path) -> str:
     counts = counts[counts > 0]
     times = {}
     for name, override in W9_RULES:
-        rule = build_method(data + COMMON + MF + [override, "sim.clients_per_round=4"])[0].defense
+        rule = build_method(data + COMMON + MF + [override, f"sim.clients_per_round={clients}"])[0].defense
         times[name] = timed_aggregate(rule, uploads, env.device)
         if name in ("median", "trimmed_mean"):
             module = median if name == "median" else trimmed_mean
