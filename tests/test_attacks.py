@@ -446,3 +446,13 @@ def test_an_attacked_round_reports_the_attackers_share_of_the_target_rows():
     share = stats.extra["target_share_malicious"]
     assert share == stats.extra["target_uploads_malicious"] / (stats.extra["target_uploads_malicious"]
                                                                   + stats.extra["target_uploads_benign"])
+
+
+@pytest.mark.parametrize("overrides,why", [
+    (["attack=a_ra", "attack.fraction=0.001"], r"at least 1/60 .* is no malicious client"),  # int(60 × .001) = 0
+])
+def test_an_attacker_count_that_changes_the_threat_is_refused_before_training(overrides, why):
+    """Issue #62: a fraction that gives no malicious client was silently raised to one."""
+    with pytest.raises(ConfigError, match=why) as refused:
+        experiment.build_run(compose_cfg(SMALL + overrides))
+    assert refused.value.field == "attack.fraction"

@@ -306,7 +306,7 @@ def test_every_seed_follows_one_rule(field):
     (["attack=a_ra", "attack.targets=explicit", "attack.target_ids=[5,5]"], "attack.target_ids"),  # counted twice
     (["dataset.ratings=true", "eval.kind=rating"], "eval.kind"),  # an RMSE of ranking scores
     (["eval.ks=[80]"], "eval.ks"),  # the whole catalogue: every hit 1
-    (["attack=a_ra", "eval.er_ks=[5,80]"], "eval.er_ks"),
+    (["attack=a_ra", "attack.fraction=0.05", "eval.er_ks=[5,80]"], "eval.er_ks"),
     (["sim.threads=100000"], "sim.threads"),
 ])
 def test_a_setting_that_would_change_what_the_run_measures_is_refused_before_training(overrides, field):

@@ -91,9 +91,15 @@ class Attack:
         """Called once the data is loaded, before the first round."""
 
     def enlist(self, setup: AttackSetup) -> None:
-        """Size the malicious population: ⌊fraction × n_users⌋ clients, at least 1 (the A-hum code's
-        int(n_users × fraction)), and remember what ``joining`` draws from."""
-        self.n_clients = max(1, int(setup.n_users * self.config.fraction))
+        """Size the malicious population: ⌊fraction × n_users⌋ clients (the A-hum code's int(n_users × fraction)),
+        refused when that is none (it was raised to one: another threat than the fraction says); remember what
+        ``joining`` draws from. (Every-round attackers may outnumber a round's benign clients: a stress regime
+        the run's params name, ``participation=every_round`` and the fraction.)"""
+        fraction = self.config.fraction
+        self.n_clients = int(setup.n_users * fraction)
+        check(self.n_clients >= 1, "attack.fraction", fraction,
+              f"at least 1/{setup.n_users} = {1 / setup.n_users:.2g}: {fraction:g} of the {setup.n_users} users is "
+              "no malicious client (the count is the reference code's int(users x fraction))")
         self.round_share, self.seed, self.device = setup.round_share, setup.seed, setup.device
         self.schedule = setup.schedule
 
