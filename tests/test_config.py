@@ -314,3 +314,21 @@ def test_a_setting_that_would_change_what_the_run_measures_is_refused_before_tra
     with pytest.raises(ConfigError) as refused:
         experiment.build_run(compose_cfg(SMALL + overrides))
     assert refused.value.field == field
+
+
+def test_a_wide_backbone_lowers_the_default_bucket_budget_and_says_so(monkeypatch, caplog):
+    """Issue #68: a valid backbone.dim=512 was refused as sim.max_slots=2097152, a value the user never set. At
+    the default the budget is lowered to what fits (logged, recorded as run.max_slots); set by hand, refused."""
+    import logging
+    import os
+
+    page, pages = 4096, (2 << 30) // 4096  # a machine with 2 GiB
+    monkeypatch.setattr("fedrun.app.validate.os.sysconf",
+                        lambda name: {"SC_PAGE_SIZE": page, "SC_PHYS_PAGES": pages}[name] if isinstance(name, str)
+                        else os.sysconf(name))
+    with caplog.at_level(logging.INFO, logger="fedrun"):
+        built = experiment.build_run(compose_cfg(SMALL + ["backbone.dim=64"]))  # 2^21 slots x 64 x 32 B = 4 GiB
+    assert built.plan.sim.max_slots == 1 << 19 and "sim.max_slots lowered from 2097152 to 524288" in caplog.text
+    with pytest.raises(ConfigError, match=r"sim.max_slots=4194304 .* at most 524288 at width 64") as refused:
+        experiment.build_run(compose_cfg(SMALL + ["backbone.dim=64", "sim.max_slots=4194304"]))
+    assert refused.value.field == "sim.max_slots"

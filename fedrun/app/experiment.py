@@ -45,6 +45,7 @@ def run_record(b: Built, sweep: str | None, job: int | None) -> tuple[dict[str, 
     p = b.plan
     params = {**config_params(p.cfg, resolve=True),
               **{f"run.{k}": v for k, v in {**b.trainer.describe(), **b.method.describe()}.items()},
+              "run.max_slots": b.plan.sim.max_slots,  # the bucket budget the run trained with (lowered to fit?)
               **{f"eval.{k}": v for k, v in b.evaluator.describe().items()}, "device": str(b.env.device)}
     tags = {"fedrun.dataset_digest": p.dataset.digest(), "fedrun.git_commit": git_commit(),
             "fedrun.seed": str(p.sim.seed), "fedrun.split_seed": str(p.dataset.config.split.seed),

@@ -6,6 +6,8 @@ and with the data (clients per round vs. clients, rating losses vs. rating data,
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,11 +15,12 @@ from typing import TYPE_CHECKING, Any
 from fedrun.backbone.base import Backbone
 from fedrun.data.splits import Split
 from fedrun.errors import ConfigError, DataError, check
-from fedrun.kernels.config import SimConfig
+from fedrun.kernels.config import DEFAULT_MAX_SLOTS, SimConfig
 
 if TYPE_CHECKING:
     from fedrun.eval.base import Evaluator
 
+log = logging.getLogger("fedrun")
 BYTES_PER_SLOT_FACTOR = 8  # a padded slot's item copy, its gradient, two Adam moments, scores, slack
 
 
@@ -46,12 +49,12 @@ def check_run(dataset: str, split: Split, backbone: Backbone, sim: SimConfig, me
     if negatives and largest >= split.n_items:
         raise DataError(f"A client of {dataset} has every item as a positive ({largest} rows, {split.n_items} "
                         "items): no negatives can be drawn for it. Filter it out (dataset.min_user_count / dedup).")
+    _check_memory(sim, backbone)  # (may lower the default budget: before it is compared with the largest client)
     slots = largest * (1 + negatives)  # the largest client's scored items in one local step
     check(sim.max_slots >= slots, "sim.max_slots", sim.max_slots,
           f"at least {slots}: the largest client of {dataset} scores {largest} positives x (1 + {negatives} "
           "negatives) in one local step, and a bucket holds at least one client (a smaller budget runs every "
           "client alone, one at a time)")
-    _check_memory(sim, backbone)
     _check_checkpoint_dir(sim)
 
 
@@ -92,11 +95,23 @@ def _check_parts(dataset: str, split: Split) -> None:
 
 
 def _check_memory(sim: SimConfig, backbone: Backbone) -> None:
+    """A full bucket's working set must fit this machine's memory. At the default budget a wide backbone
+    (backbone.dim=512) lowers it to what fits, said in the log (the run records run.max_slots); a budget set by
+    hand that does not fit is refused."""
     try:
         physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
         return
-    need = sim.max_slots * max(backbone.item_width, 1) * 4 * BYTES_PER_SLOT_FACTOR
-    check(need < physical, "sim.max_slots", sim.max_slots,
-          f"a bucket budget whose working set (~{need / 2**30:.1f} GiB) fits in this machine's "
-          f"{physical / 2**30:.1f} GiB")
+    per_slot = max(backbone.item_width, 1) * 4 * BYTES_PER_SLOT_FACTOR
+    need = sim.max_slots * per_slot
+    if need < physical:
+        return
+    fits = 1 << max(0, int(math.log2(physical // per_slot)) - 1)  # a power of two, half the memory at most
+    if sim.max_slots == DEFAULT_MAX_SLOTS:
+        log.info("sim.max_slots lowered from %d to %d: a full bucket at width %d needs ~%.1f GiB, this machine has "
+                 "%.1f GiB", sim.max_slots, fits, backbone.item_width, need / 2**30, physical / 2**30)
+        sim.max_slots = fits
+        return
+    raise ConfigError("sim.max_slots", sim.max_slots,
+                      f"at most {fits} at width {backbone.item_width}: a full bucket's working set "
+                      f"(~{need / 2**30:.1f} GiB) does not fit this machine's {physical / 2**30:.1f} GiB")

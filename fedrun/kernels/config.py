@@ -10,6 +10,8 @@ import torch
 
 from fedrun.errors import ConfigError, check, check_choice, check_seed
 
+DEFAULT_MAX_SLOTS = 1 << 21
+
 
 @dataclass
 class SimConfig:
@@ -26,7 +28,10 @@ class SimConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     buckets: int = 8  # client buckets by data size per round (padding waste vs. launch count)
     min_bucket_clients: int = 16  # fewer buckets when a round has few clients
-    max_slots: int = 1 << 21  # most padded (client, example) slots trained at once: bounds memory
+    # most padded (client, example) slots trained at once: bounds memory. At its default it is lowered, said in
+    # the log and recorded (run.max_slots), where a full bucket would not fit this machine's memory at the
+    # backbone's width; a value set by hand that does not fit is refused
+    max_slots: int = DEFAULT_MAX_SLOTS
     fast_path: str = "auto"  # auto: FedSGD fast path when exact | off
     progress: bool = True  # show the progress bar
     threads: int | None = None  # torch CPU threads (null: all cores; cores / n_jobs under a parallel launcher)
