@@ -391,9 +391,9 @@ def test_test_every_logs_learning_curves_without_selecting():
 
     built = experiment.build_run(compose_cfg(SMALL + ["sim.epochs=3", "sim.test_every=1", "sim.eval_every=0"]))
     recorder = Recorder()
-    from fedrun.sim.loop import run_loop
+    from fedrun.sim.loop import log_final, run_loop
 
-    run_loop(built.trainer, built.evaluator, recorder, built.plan.sim, "t")
+    log_final(recorder, run_loop(built.trainer, built.evaluator, recorder, built.plan.sim, "t"))
     per_epoch = built.trainer.rounds_per_epoch()
     assert recorder.steps["test_ndcg_at_10"] == [per_epoch, 2 * per_epoch, 3 * per_epoch]
 
@@ -788,3 +788,56 @@ def test_a_training_loss_that_rose_tenfold_is_said_and_tagged(caplog):
     assert [r.getMessage() for r in caplog.records if "training loss rose" in r.getMessage()] == [
         "the training loss rose from 0.06 (epoch 2 of this run) to 3.7 in its last epoch: training diverged; "
         "lower the learning rate (method.optimizer.lr)"]
+
+
+def test_a_store_that_fails_after_the_test_loses_no_result(tmp_path, monkeypatch, capsys):
+    """Issue #68 (1): the store's disk filled after the test: the run stayed RUNNING with no test metrics, no table
+    and no last_run.md, after ~190 lines of tracebacks. Now the table is printed and written first; each failing
+    store step is one line, and the run says it finished."""
+    import sqlite3
+
+    from mlflow.tracking import MlflowClient as Client
+
+    from fedrun.app import experiment as experiment_module
+    from fedrun.store.calls import TrackingError
+
+    monkeypatch.setattr(experiment_module, "job_dir", lambda: tmp_path)
+    real = Client.log_batch
+
+    def full_after_the_test(self, run_id, metrics=(), **kwargs):
+        if any(m.key.startswith("test_") and m.step > 0 for m in metrics):
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(self, run_id, metrics=metrics, **kwargs)
+
+    monkeypatch.setattr(Client, "log_batch", full_after_the_test)
+    with pytest.raises(TrackingError, match=r"The run finished and its results are above and in .*last_run.md.* "
+                                            r"disk is full"):
+        run(["track=mlflow", "track.experiment=late", "track.flush_every=100000"])
+    shown = capsys.readouterr().out
+    assert "hr_at_10" in shown and "Traceback" not in shown
+    assert "hr_at_10" in (tmp_path / "last_run.md").read_text()
+
+
+def test_an_output_folder_that_fails_after_the_test_leaves_a_finished_run(tmp_path, monkeypatch, caplog):
+    """Issue #68 (1): a full output disk raised a traceback, left a 0-byte last_run.md and marked FAILED a run
+    whose metrics were all logged. Now: one line, nothing half-written, the run FINISHED with its metrics."""
+    from pathlib import Path
+
+    from fedrun.app import experiment as experiment_module
+
+    monkeypatch.setattr(experiment_module, "job_dir", lambda: tmp_path)
+    real = Path.write_text
+
+    def full_disk(self, text, *args, **kwargs):
+        if self.name.endswith(".tmp"):
+            real(self, text[:3])  # part of it lands, then the disk is full
+            raise OSError(28, "No space left on device")
+        return real(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    result = run(["track=mlflow", "track.experiment=late-out"])
+    assert result.test and "could not be written" in caplog.text and "No space left" in caplog.text
+    assert not list(tmp_path.glob("last_run.md*"))  # no half-written table, no temporary file
+    client = MlflowClient()
+    (record,) = client.search_runs([client.get_experiment_by_name("late-out").experiment_id])
+    assert record.info.status == "FINISHED" and "test_hr_at_10" in record.data.metrics

@@ -26,9 +26,10 @@ from fedrun.report.curves import learning_curve
 from fedrun.report.table import metrics_table
 from fedrun.sim import checkpoint
 from fedrun.sim.checkpoint import RunnerState
-from fedrun.sim.loop import Interrupted, RunResult, run_loop
+from fedrun.sim.loop import Interrupted, RunResult, log_final, run_loop
 from fedrun.sim.sweep import OVERRIDES
 from fedrun.sim.sweep import marker as sweep_marker
+from fedrun.store.calls import TrackingError
 from fedrun.track.base import Tracker
 
 log = logging.getLogger("fedrun")
@@ -103,12 +104,7 @@ def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) ->
         valid_floor = validation_floor(b, tracker)
         result = run_loop(b.trainer, b.evaluator, tracker, sim, b.label, state, save, sweep_marker(sweep),
                           valid_floor.get(b.evaluator.monitor))
-        floor = judge_against_floor(b, result, tracker, valid_floor)
-        table = metrics_table({"test": result.test, **({"valid": result.valid} if result.valid else {}), **floor})
-        for path in write_outputs(cfg, b.label, table):
-            tracker.log_artifact(path)
-        log_result_views(b, result, floor, tracker, path.parent)
-        tracker.finish("FINISHED")
+        floor = floor_columns(b, result, valid_floor)
     except Interrupted as err:
         with interrupts_ignored():
             tracker.finish("KILLED", str(err))
@@ -125,8 +121,38 @@ def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) ->
                 if tracking_error is not err:
                     log.warning("could not mark the run FAILED: %s", tracking_error)
         raise
+    return finish(cfg, b, result, floor, tracker)
+
+
+def finish(cfg: DictConfig, b: Built, result: RunResult, floor: dict[str, dict[str, float]],
+           tracker: Tracker) -> RunResult:
+    """A finished run's results, in the order a user can least afford to lose them: the table on the terminal,
+    then in the job's folder (written atomically), then the tracking store. A failure after the test loses
+    nothing before it: each is one named line, and a store that could not record the run is raised last (the
+    run's record then says what the store last took; the results are on screen and on disk)."""
+    table = metrics_table({"test": result.test, **({"valid": result.valid} if result.valid else {}), **floor})
     print(f"\n{b.label}  ({result.rounds} rounds, train {result.train_seconds:.1f}s, eval {result.eval_seconds:.1f}s)")
-    print(table)
+    print(table, flush=True)
+    out = job_dir()
+    written = []
+    try:
+        written = write_outputs(cfg, b.label, table, out)
+    except OSError as err:
+        log.error("the results table could not be written to %s (%s); it is printed above", out, err.strerror or err)
+    failures: list[TrackingError] = []
+    for step in (lambda: log_final(tracker, result), lambda: record_floor(b, result, floor, tracker),
+                 lambda: [tracker.log_artifact(path) for path in written],
+                 lambda: log_result_views(b, result, floor, tracker, out),
+                 lambda: tracker.finish("FINISHED")):
+        try:
+            step()
+        except TrackingError as err:
+            log.error("%s", err)  # one line each; the next step is still tried (the run's status last)
+            failures.append(err)
+    if failures:
+        kept = f" and in {written[0]}" if written else ""
+        raise TrackingError(f"The run finished and its results are above{kept}, but the tracking store did not "
+                            f"record all of it ({len(failures)} step(s) failed; the first: {failures[0]})")
     if tracker.link():
         print(tracker.link())
     return result
@@ -144,23 +170,30 @@ def validation_floor(b: Built, tracker: Tracker) -> dict[str, float]:
     return floor
 
 
-def judge_against_floor(b: Built, result: RunResult, tracker: Tracker,
-                        valid_floor: dict[str, float]) -> dict[str, dict[str, float]]:
-    """The floor of the run's split and protocol beside its test metrics (logged as ``floor_*``); a run at or
-    below it says so in one line and carries the ``fedrun.below_floor`` tag. Nothing for the floor itself.
-    → the table's floor columns: the test part's, then the validation part's (``valid_floor``) if any."""
+def floor_columns(b: Built, result: RunResult, valid_floor: dict[str, float]) -> dict[str, dict[str, float]]:
+    """The floor of the run's split and protocol beside its test metrics; a run at or below it says so in one
+    line. Nothing for the floor itself. → the table's floor columns: the test part's, then the validation part's
+    (``valid_floor``) if any (recorded by ``record_floor``)."""
     if isinstance(b.method, Pop):
         return {}
     floor = floor_metrics(b.evaluator, b.env)
-    tracker.log_metrics({f"floor_{k}": v for k, v in floor.items()}, step=result.rounds)
     kind = "user + item bias" if b.evaluator.rating else "popularity"
     metric = b.evaluator.monitor  # checked before the run to be one of the evaluator's metrics
     if at_or_below(result.test, floor, metric):
         log.warning("test %s %.4f is at or below the %s floor %.4f of this split and protocol: the run learned "
                     "nothing a count could not (a bug, too few rounds or a bad default, never a result)",
                     metric, result.test[metric], kind, floor[metric])
-        tracker.set_tags({"fedrun.below_floor": "true"})
     return {f"floor ({kind})": floor, **({"valid floor": valid_floor} if valid_floor and result.valid else {})}
+
+
+def record_floor(b: Built, result: RunResult, floor: dict[str, dict[str, float]], tracker: Tracker) -> None:
+    """The test part's floor as ``floor_*`` metrics, and the ``fedrun.below_floor`` tag of a run at or below it."""
+    test_floor = next((values for name, values in floor.items() if name.startswith("floor (")), None)
+    if test_floor is None:
+        return
+    tracker.log_metrics({f"floor_{k}": v for k, v in test_floor.items()}, step=result.rounds)
+    if at_or_below(result.test, test_floor, b.evaluator.monitor):
+        tracker.set_tags({"fedrun.below_floor": "true"})
 
 
 def log_dataset(b: Built, tracker: Tracker) -> None:
@@ -244,13 +277,28 @@ def record_failure(cfg: DictConfig, err: Exception, sweep: str | None, job: int 
         log.warning("could not record the failed run with its tracker: %s", tracking_error)
 
 
-def write_outputs(cfg: DictConfig, label: str, table: str) -> list[Path]:
-    """The results table and resolved config, in this job's own Hydra output dir (sweep-safe)."""
-    out = job_dir()
+def write_outputs(cfg: DictConfig, label: str, table: str, out: Path) -> list[Path]:
+    """The results table and resolved config, in this job's own Hydra output dir ``out`` (sweep-safe), each written
+    whole or not at all (a full disk leaves no half-written file)."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "last_run.md").write_text(f"# {label}\n\n{table}\n")
-    (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    return [out / "last_run.md", out / "config.yaml"]
+    written = []
+    files = {"last_run.md": f"# {label}\n\n{table}\n", "config.yaml": OmegaConf.to_yaml(cfg, resolve=True)}
+    for name, text in files.items():
+        written.append(write_atomically(out / name, text))
+    return written
+
+
+def write_atomically(path: Path, text: str) -> Path:
+    """``text`` into ``path`` through a temporary file beside it and a rename; the temporary file is removed if the
+    write fails."""
+    temporary = path.with_name(path.name + ".tmp")
+    try:
+        temporary.write_text(text)
+        temporary.replace(path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return path
 
 
 def experiment_name(configured: Any, cfg: DictConfig, dataset: str) -> str:

@@ -23,7 +23,7 @@ from fedrun.sim.signals import graceful_stop
 from fedrun.sim.trainer import Trainer
 from fedrun.track.base import Tracker
 
-__all__ = ["Interrupted", "NumericalError", "RunResult", "run_loop", "total_rounds"]
+__all__ = ["Interrupted", "NumericalError", "RunResult", "log_final", "run_loop", "total_rounds"]
 log = logging.getLogger("fedrun")
 
 
@@ -43,6 +43,18 @@ class RunResult:
     rounds: int = 0
     train_seconds: float = 0.0
     eval_seconds: float = 0.0
+    # what the run's record still needs once the results are safe (``log_final``): the test metrics, the timings and
+    # the selection at the last step, and the tags learned at the test (``fedrun.collapsed``)
+    final_metrics: dict[str, float] = field(default_factory=dict)
+    final_tags: dict[str, str] = field(default_factory=dict)
+
+
+def log_final(tracker: Tracker, result: RunResult) -> None:
+    """Record what the test produced (``RunResult.final_metrics`` / ``final_tags``) at the run's last step — after
+    the results are on the terminal and in a local file, so a failing store cannot lose them."""
+    tracker.log_metrics(result.final_metrics, step=result.rounds)
+    if result.final_tags:
+        tracker.set_tags(result.final_tags)
 
 
 def total_rounds(trainer: Trainer, sim: SimConfig) -> int:
@@ -117,18 +129,18 @@ def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimC
     started = time.perf_counter()
     test = evaluator.evaluate(method, "test")
     state.eval_seconds += time.perf_counter() - started
-    tracker.log_metrics({f"test_{k}": v for k, v in test.items()}, step=rounds)
+    tags = {}
     if evaluator.collapsed(method):
         log.warning("the tested model scores every item the same for every sampled user (a collapsed model, e.g. "
                     "dead ReLUs after too large a step): its ranking metrics are 0 by the tie rule; lower the "
                     "learning rate or check the initialisation")
-        tracker.set_tags({"fedrun.collapsed": "true"})
+        tags["fedrun.collapsed"] = "true"
     per_round = state.train_seconds / max(rounds, 1)
-    tracker.log_metrics({"train_seconds": state.train_seconds, "eval_seconds": state.eval_seconds,
-                         "seconds_per_round": per_round, "seconds_per_epoch": per_round * per_epoch, **selection},
-                        step=rounds)
+    final = {**{f"test_{k}": v for k, v in test.items()}, "train_seconds": state.train_seconds,
+             "eval_seconds": state.eval_seconds, "seconds_per_round": per_round,
+             "seconds_per_epoch": per_round * per_epoch, **selection}
     tested_valid = state.best_valid_metrics if sim.keep_best and state.best_state is not None else state.valid
-    return RunResult(test, tested_valid, rounds, state.train_seconds, state.eval_seconds)
+    return RunResult(test, tested_valid, rounds, state.train_seconds, state.eval_seconds, final, tags)
 
 
 def _track_best(state: RunnerState, method: Method, evaluator: Evaluator, keep_best: bool, rounds_done: int) -> None:

@@ -153,6 +153,27 @@ def _end_abandoned_runs(client, experiment: str) -> list[str]:
     return ended
 
 
+class WithoutTraceback(logging.Filter):
+    """A store library's record as one line: fedrun names a failing store itself (``TrackingError``), so the
+    library's traceback of the same failure is not printed at the user."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        return True
+
+
+def quiet_store_libraries() -> None:
+    """MLflow at WARNING and without tracebacks (after its import-time setup: the filter sits on its handlers, which
+    its child loggers' records reach); SQLAlchemy and Alembic, which printed a full disk's tracebacks through the
+    root's handlers, silenced: every store failure reaches the user as fedrun's one ``TrackingError`` line."""
+    for name, level in (("mlflow", logging.WARNING), ("sqlalchemy", logging.CRITICAL), ("alembic", logging.CRITICAL)):
+        library = logging.getLogger(name)
+        library.setLevel(level)
+        for target in (library, *library.handlers):
+            if not any(isinstance(f, WithoutTraceback) for f in target.filters):
+                target.addFilter(WithoutTraceback())
+
+
 def open_client(uri: str):
     """An ``MlflowClient`` on ``uri``; a SQLite store is opened under an exclusive lock beside it.
 
@@ -162,7 +183,7 @@ def open_client(uri: str):
     """
     from mlflow.tracking import MlflowClient
 
-    logging.getLogger("mlflow").setLevel(logging.WARNING)  # after mlflow's import-time setup: no chatter
+    quiet_store_libraries()
     with store_lock(uri):
         return MlflowClient(uri)  # opens the store: creates and migrates a new SQLite file
 

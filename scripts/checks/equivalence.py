@@ -33,7 +33,7 @@ from fedrun.app.plan import build_run  # noqa: E402
 from fedrun.track.base import Tracker  # noqa: E402
 
 try:  # the run loop's home moves with issue #30
-    from fedrun.sim.loop import run_loop
+    from fedrun.sim.loop import log_final, run_loop
 except ImportError:  # pragma: no cover - before the move
     from fedrun.kernels.runner import run_loop
 
@@ -124,6 +124,7 @@ def run_case(name: str) -> dict:
     recorder = Recorder()
     started = time.perf_counter()
     result = run_loop(getattr(built, "trainer", built.method), built.evaluator, recorder, built.plan.sim, built.label)
+    log_final(recorder, result)  # the test's metrics, recorded as a run records them once its results are safe
     metrics = untimed(recorder.metrics)
     return {"test": result.test, "rounds": result.rounds, "metrics": metrics,
             "state_sha256": state_digest(built.method.state_dict()), "wall_seconds": time.perf_counter() - started}
