@@ -456,3 +456,24 @@ def test_an_attacker_count_that_changes_the_threat_is_refused_before_training(ov
     with pytest.raises(ConfigError, match=why) as refused:
         experiment.build_run(compose_cfg(SMALL + overrides))
     assert refused.value.field == "attack.fraction"
+
+
+def test_the_regime_map_averages_each_cell_over_its_seeds():
+    """The regime map's cells (fedrun.app.regime_map) against a hand count."""
+    import pandas as pd
+
+    from fedrun.app.regime_map import attack_markdown, regime_table
+
+    runs = pd.DataFrame([
+        {"attack": "a_hum", "fraction": 0.05, "negatives": 1, "defense": "median", "seed": 1, "final": 1.0,
+         "peak": 1.0, "share": 0.4},
+        {"attack": "a_hum", "fraction": 0.05, "negatives": 1, "defense": "median", "seed": 2, "final": 0.5,
+         "peak": 0.75, "share": 0.2},
+        {"attack": "a_hum", "fraction": 0.001, "negatives": 4, "defense": "median", "seed": 1, "final": 0.0,
+         "peak": 0.0, "share": 0.03},
+    ])
+    table = regime_table(runs)
+    cell = table[(table["fraction"] == 0.05)].iloc[0]
+    assert (cell["final"], cell["peak"], cell["share"], cell["seeds"]) == (0.75, 0.875, pytest.approx(0.3), 2)
+    text = " ".join(attack_markdown(table, "a_hum").split())  # the cells without their padding
+    assert "| 5.0% | 1 | 0.300 | 0.750 (0.875) |" in text and "| 0.1% | 4 | 0.030 | 0.000 (0.000) |" in text

@@ -1,0 +1,107 @@
+"""Where each robust rule breaks: the regime map of ``fedrun -m +experiment=robustness/regimes`` (issue #62). One
+cell per (attack, share of malicious clients, negatives per positive, rule): the target's final and peak ER@5 over
+the seeds, and the attackers' share of the target row's uploads in the rounds they join (the weight a per-row rule
+sees) — a CSV, a Markdown table per attack and one heatmap of final ER@5 per attack.
+
+    python -m fedrun.app.regime_map [--experiment robustness-regimes] [--out docs/reproductions/attacks/regimes]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+from mlflow.tracking import MlflowClient
+
+from fedrun.report.table import markdown
+from fedrun.store.runs import default_uri
+
+EXPOSURE, SHARE = "test_er_at_5", "target_share_malicious"
+CELL = ["attack", "fraction", "negatives", "defense"]
+
+
+def cells(client: MlflowClient, experiment_id: str) -> pd.DataFrame:
+    """One row per finished run: its cell (``CELL``), seed, final and peak ER@5, and the mean attackers' share of
+    the target row's uploads over the rounds they joined (0 when they never uploaded it)."""
+    rows = []
+    for run in client.search_runs([experiment_id], "attributes.status = 'FINISHED'", max_results=10_000):
+        params, tags = run.data.params, run.data.tags
+        exposure = [m.value for m in client.get_metric_history(run.info.run_id, EXPOSURE)]
+        joined = [m.value for m in client.get_metric_history(run.info.run_id, SHARE) if m.value > 0]
+        if not exposure:
+            continue
+        rows.append({"attack": tags.get("fedrun.attack", "none"), "fraction": float(params["attack.fraction"]),
+                     "negatives": int(params["method.num_negatives"]), "defense": tags.get("fedrun.defense", ""),
+                     "seed": int(params.get("sim.seed", 0)), "final": run.data.metrics.get(EXPOSURE, exposure[-1]),
+                     "peak": max(exposure), "share": sum(joined) / len(joined) if joined else 0.0})
+    return pd.DataFrame(rows)
+
+
+def regime_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """The cells' means over seeds (and how many seeds each has)."""
+    grouped = runs.groupby(CELL)
+    table = grouped[["final", "peak", "share"]].mean()
+    table["seeds"] = grouped["seed"].nunique()
+    return table.reset_index().sort_values(CELL)
+
+
+def attack_markdown(table: pd.DataFrame, attack: str) -> str:
+    """Rows (share of malicious clients, negatives) × columns (rule): final ER@5 (peak) and the attackers' share."""
+    part = table[table["attack"] == attack]
+    defenses = sorted(part["defense"].unique())
+    rows = []
+    for (fraction, negatives), line in part.groupby(["fraction", "negatives"]):
+        by_rule = {r.defense: f"{r.final:.3f} ({r.peak:.3f})" for r in line.itertuples()}
+        share = line["share"].mean()
+        rows.append([f"{fraction:.1%}", str(negatives), f"{share:.3f}", *[by_rule.get(d, "") for d in defenses]])
+    return markdown(["malicious", "negatives", "attackers' share of target uploads", *defenses], rows)
+
+
+def heatmap(table: pd.DataFrame, attack: str, path: Path) -> None:
+    part = table[table["attack"] == attack]
+    grid = part.pivot_table(index=["fraction", "negatives"], columns="defense", values="final")
+    fig, ax = plt.subplots(figsize=(1.3 * grid.shape[1] + 2.5, 0.45 * grid.shape[0] + 1.8))
+    image = ax.imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="Reds", aspect="auto")
+    ax.set_xticks(range(grid.shape[1]), [c.replace("robustness/", "") for c in grid.columns], rotation=30, ha="right")
+    ax.set_yticks(range(grid.shape[0]), [f"{f:.1%}, {n} neg." for f, n in grid.index])
+    for (i, j), value in pd.DataFrame(grid.to_numpy()).stack().items():
+        ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7)
+    fig.colorbar(image, ax=ax, label="final ER@5")
+    ax.set_title(f"{attack}: final ER@5 by share of malicious clients and rule")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--experiment", default="robustness-regimes")
+    parser.add_argument("--uri", default=None)
+    parser.add_argument("--out", default="docs/reproductions/attacks/regimes")
+    args = parser.parse_args()
+    client = MlflowClient(args.uri or default_uri())
+    experiment = client.get_experiment_by_name(args.experiment)
+    if experiment is None:
+        raise SystemExit(f"no experiment named {args.experiment!r}: run its preset first")
+    runs = cells(client, experiment.experiment_id)
+    if runs.empty:
+        raise SystemExit(f"{args.experiment}: no finished run has a history of {EXPOSURE}")
+    table = regime_table(runs)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / f"{args.experiment}.csv", index=False)
+    texts = []
+    for attack in sorted(table["attack"].unique()):
+        heatmap(table, attack, out / f"{args.experiment}-{attack}.png")
+        texts.append(f"### {attack}: final ER@5 (peak)\n\n{attack_markdown(table, attack)}\n")
+    (out / f"{args.experiment}.md").write_text("\n".join(texts))
+    print("\n".join(texts))
+
+
+if __name__ == "__main__":
+    main()
