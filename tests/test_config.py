@@ -308,6 +308,8 @@ def test_every_seed_follows_one_rule(field):
     (["eval.ks=[80]"], "eval.ks"),  # the whole catalogue: every hit 1
     (["attack=a_ra", "attack.fraction=0.05", "eval.er_ks=[5,80]"], "eval.er_ks"),
     (["sim.threads=100000"], "sim.threads"),
+    (["dataset.ratings=true", "backbone=binary-mf"], "backbone"),  # FedAvg's gradients on ±1 codes
+    (["dataset.ratings=true", "method=central", "backbone=binary-mf"], "backbone"),
 ])
 def test_a_setting_that_would_change_what_the_run_measures_is_refused_before_training(overrides, field):
     """Issue #68 (3): each of these kept its run's label while measuring something else."""

@@ -153,6 +153,9 @@ def check_combination(method_cls: type, method_config: Any, backbone: Any, priva
                   f"a value under {1 / (2 * step_lr):.3g} for {method} at its user rows' lr {step_lr:g}: one local "
                   f"step multiplies each user row by 1 − 2·lr·l2 = {shrink:.3g} through the L2 term, which flips "
                   "the row's sign instead of shrinking it (or lower method.optimizer.user_lr)")
+    check(not backbone.binary_codes or method_cls.binary_backbones, "backbone", name("backbone", backbone),
+          f"a real-valued backbone for {method}: {name('backbone', backbone)}'s ±1 codes are trained by discrete "
+          "coordinate descent (method=lightfr), not by gradients")
     if backbone.user_context == "graph":
         check(method_cls.graph_backbones, "backbone", name("backbone", backbone),
               f"a backbone without a graph for {method}: it has no propagation step (graph backbones run with "

@@ -56,6 +56,7 @@ class Backbone:
     Config: ClassVar[type] = BackboneConfig
     losses: ClassVar[tuple[str, ...]] = ("bpr", "bce")
     sequential: ClassVar[bool] = False  # users inferred from their histories (GRU4Rec, BERT4Rec), no private rows
+    binary_codes: ClassVar[bool] = False  # ±1 codes trained by discrete steps, not gradients (BinaryMF: LightFR)
     linear_in_user: ClassVar[bool] = False  # score linear in the user row: ``user_score_grad`` in closed form
 
     @property

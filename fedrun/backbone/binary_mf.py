@@ -32,6 +32,7 @@ class BinaryMFConfig(BackboneConfig):
 
 class BinaryMF(Backbone):
     Config = BinaryMFConfig
+    binary_codes = True
     losses = ("mse",)
 
     @property

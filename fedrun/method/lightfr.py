@@ -268,6 +268,7 @@ class LightFRClient(Client):
 
 class LightFR(FederatedMethod):
     Config = LightFRConfig
+    binary_backbones = True
     client: LightFRClient
 
     def __init__(self, config: LightFRConfig, env):
