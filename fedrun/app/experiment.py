@@ -139,11 +139,13 @@ def finish(cfg: DictConfig, b: Built, result: RunResult, floor: dict[str, dict[s
         written = write_outputs(cfg, b.label, table, out)
     except OSError as err:
         log.error("the results table could not be written to %s (%s); it is printed above", out, err.strerror or err)
+    def store_files() -> None:
+        for path in written:
+            tracker.log_artifact(path)
+
     failures: list[TrackingError] = []
-    for step in (lambda: log_final(tracker, result), lambda: record_floor(b, result, floor, tracker),
-                 lambda: [tracker.log_artifact(path) for path in written],
-                 lambda: log_result_views(b, result, floor, tracker, out),
-                 lambda: tracker.finish("FINISHED")):
+    for step in (lambda: log_final(tracker, result), lambda: record_floor(b, result, floor, tracker), store_files,
+                 lambda: log_result_views(b, result, floor, tracker, out), lambda: tracker.finish("FINISHED")):
         try:
             step()
         except TrackingError as err:

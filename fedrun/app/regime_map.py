@@ -1,7 +1,7 @@
 """Where each robust rule breaks: the regime map of ``fedrun -m +experiment=robustness/regimes`` (issue #62). One
 cell per (attack, share of malicious clients, negatives per positive, rule): the target's final and peak ER@5 over
 the seeds, and the attackers' share of the target row's uploads in the rounds they join (the weight a per-row rule
-sees) — a CSV, a Markdown table per attack and one heatmap of final ER@5 per attack.
+sees) — a CSV, a Markdown table per attack and the report's heatmaps (final and peak ER@5) per attack.
 
     python -m fedrun.app.regime_map [--experiment robustness-regimes] [--out docs/reproductions/attacks/regimes]
 """
@@ -11,13 +11,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
+from fedrun.report.matrix import Axes, heatmap
 from fedrun.report.table import markdown
 from fedrun.store.runs import default_uri
 
@@ -62,20 +59,20 @@ def attack_markdown(table: pd.DataFrame, attack: str) -> str:
     return markdown(["malicious", "negatives", "attackers' share of target uploads", *defenses], rows)
 
 
-def heatmap(table: pd.DataFrame, attack: str, path: Path) -> None:
-    part = table[table["attack"] == attack]
-    grid = part.pivot_table(index=["fraction", "negatives"], columns="defense", values="final")
-    fig, ax = plt.subplots(figsize=(1.3 * grid.shape[1] + 2.5, 0.45 * grid.shape[0] + 1.8))
-    image = ax.imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="Reds", aspect="auto")
-    ax.set_xticks(range(grid.shape[1]), [c.replace("robustness/", "") for c in grid.columns], rotation=30, ha="right")
-    ax.set_yticks(range(grid.shape[0]), [f"{f:.1%}, {n} neg." for f, n in grid.index])
-    for (i, j), value in pd.DataFrame(grid.to_numpy()).stack().items():
-        ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7)
-    fig.colorbar(image, ax=ax, label="final ER@5")
-    ax.set_title(f"{attack}: final ER@5 by share of malicious clients and rule")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+def regime_label(fraction: float, negatives: int) -> str:
+    return f"{fraction:.1%}, {negatives} neg."
+
+
+def draw(runs: pd.DataFrame, attack: str, path: Path) -> None:
+    """The report's heatmaps (``fedrun.report.matrix.heatmap``) with regimes as rows and rules as columns: final and
+    peak ER@5, each cell the mean over its seeds."""
+    part = runs[runs["attack"] == attack].sort_values(["fraction", "negatives"])
+    regimes = part[["fraction", "negatives"]].drop_duplicates()
+    axes = Axes([regime_label(f, n) for f, n in regimes.itertuples(index=False)], sorted(part["defense"].unique()))
+    groups = part.groupby(["fraction", "negatives", "defense"])
+    panels = [(f"{name} ER@5", {(regime_label(f, n), d): group[name].to_numpy() for (f, n, d), group in groups},
+               "Reds", (0.0, 1.0), ".2f") for name in ("final", "peak")]
+    heatmap(path, panels, {}, axes, f"{attack}: ER@5 by share of malicious clients, negatives and rule")
 
 
 def main() -> None:
@@ -97,7 +94,7 @@ def main() -> None:
     table.to_csv(out / f"{args.experiment}.csv", index=False)
     texts = []
     for attack in sorted(table["attack"].unique()):
-        heatmap(table, attack, out / f"{args.experiment}-{attack}.png")
+        draw(runs, attack, out / f"{args.experiment}-{attack}.png")
         texts.append(f"### {attack}: final ER@5 (peak)\n\n{attack_markdown(table, attack)}\n")
     (out / f"{args.experiment}.md").write_text("\n".join(texts))
     print("\n".join(texts))

@@ -102,6 +102,7 @@ class Attack:
               "no malicious client (the count is the reference code's int(users x fraction))")
         self.round_share, self.seed, self.device = setup.round_share, setup.seed, setup.device
         self.schedule = setup.schedule
+        self._epoch, self._epoch_rounds = -1, torch.empty(0, dtype=torch.long)  # ``epoch_rounds``, drawn once an epoch
 
     def joining(self, ctx: RoundContext) -> torch.Tensor:
         """[M'] the malicious clients that join round ``ctx.round``, drawn from the attack's own seed:
@@ -113,26 +114,24 @@ class Attack:
         if participation == "every_round":
             return everyone
         if participation == "per_epoch":
-            return everyone[(self.epoch_rounds(ctx.epoch) == ctx.round % self.rounds_per_epoch).to(self.device)]
+            return everyone[(self.epoch_rounds(ctx.epoch) == ctx.round).to(self.device)]
         draw = torch.rand(self.n_clients, generator=generator(self.seed, "attack-participation", ctx.round))
         return everyone[(draw < self.round_share).to(everyone.device)]
 
-    @property
-    def rounds_per_epoch(self) -> int:
+    def epoch_rounds(self, epoch: int) -> torch.Tensor:
+        """[M] the round (the run's index) of ``epoch`` each malicious client joins: the epoch's N benign and M
+        malicious clients are shuffled together and dealt ``per_round`` at a time, as the reference code deals
+        them (places past the benign epoch's last round fall into that round). Drawn once per epoch."""
         if self.schedule is None:
             raise RuntimeError("participation=per_epoch needs the server's schedule (AttackSetup.schedule)")
-        return self.schedule[2]
-
-    def epoch_rounds(self, epoch: int) -> torch.Tensor:
-        """[M] the round of ``epoch`` (0-based within it) each malicious client joins: the epoch's N benign and M
-        malicious clients are shuffled together and dealt ``per_round`` at a time, as the reference code deals
-        them (places past the benign epoch's last round fall into that round)."""
-        assert self.schedule is not None, "participation=per_epoch needs AttackSetup.schedule"
-        n_benign, per_round, rounds = self.schedule
-        order = torch.randperm(n_benign + self.n_clients, generator=generator(self.seed, "attack-epoch", epoch))
-        place = torch.empty_like(order)
-        place[order] = torch.arange(order.numel())  # each client's place in the epoch's order
-        return (place[n_benign:] // per_round).clamp_max(rounds - 1)  # the malicious clients are the last M ids
+        if epoch != self._epoch:
+            n_benign, per_round, rounds = self.schedule
+            order = torch.randperm(n_benign + self.n_clients, generator=generator(self.seed, "attack-epoch", epoch))
+            place = torch.empty_like(order)
+            place[order] = torch.arange(order.numel())  # each client's place in the epoch's order
+            self._epoch = epoch  # the malicious clients are the last M ids
+            self._epoch_rounds = epoch * rounds + (place[n_benign:] // per_round).clamp_max(rounds - 1)
+        return self._epoch_rounds
 
     def craft(self, view: PublicParams, ctx: RoundContext) -> Uploads | None:
         """The malicious clients' uploads this round, crafted from the model view (None: none join).

@@ -14,6 +14,7 @@ from typing import cast
 
 import torch
 
+from fedrun.data.splits import Split
 from fedrun.errors import check
 from fedrun.eval.base import EvalConfig, Evaluator
 from fedrun.eval.metrics import from_ranks, pessimistic_ranks
@@ -32,7 +33,7 @@ class FullConfig(EvalConfig):
 class Full(Evaluator):
     Config = FullConfig
 
-    def __init__(self, config: FullConfig, split, device, rating: bool, bytes_per_pair: int = 4):
+    def __init__(self, config: FullConfig, split: Split, device: torch.device, rating: bool, bytes_per_pair: int = 4):
         super().__init__(config, split, device, rating, bytes_per_pair)
         check(max(config.ks) < split.n_items, "eval.ks", list(config.ks),
               f"cut-offs below the catalogue's {split.n_items} items (a cut-off of every item makes every hit 1)")
