@@ -8,16 +8,16 @@ export FEDRUN_DATA_DIR
 
 PEERS  := .venv-peers
 
-.PHONY: install browser lint test test-fast bench bench-peers gpu-bundle clean
+.PHONY: install browser postgres tracking-server tracking-server-stop lint test test-fast bench bench-peers gpu-bundle clean
 
-install: $(BIN)/fedrun browser
+install: $(BIN)/fedrun browser postgres
 
 $(BIN)/fedrun: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch is pinned to the CPU build; install it first so nothing pulls a CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,tracking,cluster]'
 	@touch $@
 
 # Chromium for the browser test (tests/integration/test_browser.py), which reads MLflow's UI in a real browser:
@@ -30,6 +30,23 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 	    || echo "chromium could not be installed: the browser test will skip"; \
 	else echo "no Chromium: the browser test will skip (sudo apt-get install chromium, or install Google Chrome)"; fi
+
+# PostgreSQL for the shared tracking server (fedrun-tracking-server, below; its test starts and stops one): Debian's
+# package when apt-get is there and this runs as root (CI); otherwise one line, and that test skips.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing Debian's postgresql for the tracking server"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null) \
+	    || echo "postgresql could not be installed: the tracking-server test will skip"; \
+	else echo "no PostgreSQL: the tracking-server test will skip (sudo apt-get install postgresql)"; fi
+
+# A shared MLflow server on PostgreSQL under outputs/tracking/ (docs/scale-out.md); prints the URI to export.
+tracking-server: install
+	$(BIN)/fedrun-tracking-server start
+
+tracking-server-stop:
+	$(BIN)/fedrun-tracking-server stop
 
 # The suite runs on one worker per core, four at most (pytest-xdist; each worker's torch then uses its share of
 # the cores: tests/conftest.py). TEST_WORKERS=0 runs it in one process.

@@ -33,10 +33,12 @@ def test_runs_started_together_on_a_fresh_sqlite_store_all_land(tmp_path):
     assert {run.info.status for run in runs} == {"FINISHED"}
 
 
-@pytest.mark.parametrize("case", ["no server", "not a database", "no folder", "unknown scheme", "full disk"])
+@pytest.mark.parametrize("case", ["no server", "not a database", "no folder", "unknown scheme", "full disk",
+                                  "no driver", "no database server"])
 def test_a_broken_tracking_store_is_one_named_line_before_any_data_is_read(case, tmp_path, monkeypatch):
-    """A server that does not answer, a file that is not a SQLite database, a folder that cannot exist:
-    refused within seconds by name (MLflow's client retried a dead server for minutes)."""
+    """A server that does not answer, a file that is not a SQLite database, a folder that cannot exist, a database
+    whose driver is missing or that does not answer: refused within seconds by name (MLflow's client retried a
+    dead server for minutes; a missing PostgreSQL driver failed after the data had loaded), the password hidden."""
     import socket
     import time
 
@@ -56,6 +58,13 @@ def test_a_broken_tracking_store_is_one_named_line_before_any_data_is_read(case,
         uri = f"sqlite:///{tmp_path / 'file' / 'below' / 'mlflow.db'}"  # a folder under a file
     elif case == "unknown scheme":  # MLflow's own error came after the data was loaded, at run creation
         uri = "ftp://127.0.0.1/store"
+    elif case == "no driver":
+        uri = "postgresql+pg8000://fedrun:secret@127.0.0.1/mlflow"  # pg8000: a driver fedrun does not install
+    elif case == "no database server":
+        pytest.importorskip("psycopg", reason="PostgreSQL's driver: `make install` installs it (fedrun[tracking])")
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            uri = f"postgresql://fedrun:secret@127.0.0.1:{probe.getsockname()[1]}/mlflow"
     else:  # the store's disk has no room: creating the run failed with "'NoneType' object has no attribute"
         import shutil
         from types import SimpleNamespace
@@ -68,7 +77,9 @@ def test_a_broken_tracking_store_is_one_named_line_before_any_data_is_read(case,
     started = time.perf_counter()
     with pytest.raises(ConfigError) as refused:
         plan(compose_cfg(SMALL + ["track=mlflow"]))
-    assert refused.value.field == "MLFLOW_TRACKING_URI" and uri in str(refused.value)
+    assert refused.value.field == "MLFLOW_TRACKING_URI" and uri.replace("secret", "***") in str(refused.value)
+    assert "secret" not in str(refused.value)
+    assert ("no module 'pg8000'" in str(refused.value)) == (case == "no driver")
     assert time.perf_counter() - started < 10
 
 

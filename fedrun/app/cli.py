@@ -17,10 +17,12 @@ from omegaconf import DictConfig
 from fedrun.core import outdir
 from fedrun.core.paths import config_dir
 from fedrun.errors import ConfigError, FedrunError
+from fedrun.sim import launchers
 from fedrun.sim.loop import Interrupted
 from fedrun.sim.sweep import marker, request_stop, stop_requested
 
 outdir.register()  # at import: a launcher's worker process unpickles the app from this module
+launchers.register()
 
 
 def _app(cfg: DictConfig) -> float | None:
@@ -97,6 +99,11 @@ def main() -> None:
         from fedrun.app.info import main as info
 
         sys.exit(info(sys.argv[2:]))
+    try:
+        launchers.check_launcher(sys.argv[1:])
+    except FedrunError as err:
+        print(f"fedrun: error: {err}", file=sys.stderr)
+        sys.exit(2)
     try:
         hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(_app)()
     except SystemExit as exit_:

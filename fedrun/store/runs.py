@@ -56,9 +56,9 @@ def check_store(uri: str, field: str) -> None:
     MLflow's HTTP retries bounded."""
     scheme = uri.split("://", 1)[0].split("+", 1)[0] if "://" in uri else ""
     if scheme not in ("http", "https", "sqlite", *SQL_STORES):
-        raise ConfigError(field, uri, "a tracking URI MLflow 3 records runs in: sqlite:///<path>, http(s)://<server> "
-                          f"or a database ({', '.join(s + '://...' for s in SQL_STORES)}); a folder (the file "
-                          "store) is refused by MLflow 3")
+        raise ConfigError(field, hide_password(uri), "a tracking URI MLflow 3 records runs in: sqlite:///<path>, "
+                          f"http(s)://<server> or a database ({', '.join(s + '://...' for s in SQL_STORES)}); a "
+                          "folder (the file store) is refused by MLflow 3")
     if uri.startswith(("http://", "https://")):
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
@@ -67,6 +67,8 @@ def check_store(uri: str, field: str) -> None:
         except (OSError, ValueError) as err:  # URLError, refused, timed out, malformed
             raise ConfigError(field, uri, f"a tracking server that answers within {PROBE_SECONDS} s (it did not: "
                               f"{getattr(err, 'reason', err)}); or unset it for the local SQLite store") from None
+    elif scheme in SQL_STORES:
+        check_database(uri, field)
     elif uri.startswith("sqlite:///"):
         database = Path(uri[len("sqlite:///"):])
         if database.parent.is_dir() and shutil.disk_usage(database.parent).free < MIN_FREE_BYTES:
@@ -86,6 +88,48 @@ def check_store(uri: str, field: str) -> None:
                 database.parent.mkdir(parents=True, exist_ok=True)  # where the store will be created anyway
             except OSError as err:
                 raise ConfigError(field, uri, f"a SQLite store in a folder this user can create ({err})") from None
+
+
+def check_database(uri: str, field: str) -> None:
+    """A database URI (MLflow's SQL store, used without a server): its driver importable, then one connection
+    within ``PROBE_SECONDS``, so a missing driver, a wrong password and an unreachable host each fail in one line
+    before any data is read. The password is never shown."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+    from sqlalchemy.pool import NullPool
+
+    try:
+        url = make_url(uri)
+        dialect = url.get_dialect()
+    except (ArgumentError, NoSuchModuleError, ValueError) as err:
+        raise ConfigError(field, hide_password(uri), f"a database URI SQLAlchemy reads ({err})") from None
+    shown = url.render_as_string(hide_password=True)
+    try:
+        dialect.import_dbapi()
+    except ImportError as err:
+        remedy = ("`pip install 'fedrun[tracking]'` installs psycopg, PostgreSQL's driver"
+                  if url.get_backend_name() == "postgresql" else f"install the {url.get_backend_name()} driver")
+        raise ConfigError(field, shown, f"a database URI whose driver is installed (no module {err.name!r}: "
+                          f"{remedy})") from None
+    timeout = {"connect_timeout": PROBE_SECONDS} if url.get_backend_name() in ("postgresql", "mysql") else {}
+    engine = create_engine(url, connect_args=timeout, poolclass=NullPool)
+    try:
+        with engine.connect():
+            pass
+    except SQLAlchemyError as err:
+        reason = " ".join(str(getattr(err, "orig", None) or err).split())  # the driver's message, on one line
+        raise ConfigError(field, shown, f"a database this user can connect to within {PROBE_SECONDS} s (it did not: "
+                          f"{reason})") from None
+    finally:
+        engine.dispose()
+
+
+def hide_password(uri: str) -> str:
+    """``uri`` with the password of its ``user:password@`` part replaced by ``***``."""
+    import re
+
+    return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", uri)
 
 
 def sweep_parents(sweep_dir: str | Path) -> list[dict[str, str]]:

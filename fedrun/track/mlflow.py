@@ -32,6 +32,7 @@ from fedrun.store.runs import (
     default_uri,
     end_abandoned_runs,
     experiment_id,
+    hide_password,
     open_client,
 )
 from fedrun.track.base import Tracker
@@ -223,6 +224,9 @@ class Mlflow(Tracker):
     def link(self) -> str | None:
         if self._run_id is None:
             return None
-        return (f"MLflow run {self._run_id}: `mlflow ui --backend-store-uri {self.uri}`, then the runs table at "
-                f"http://127.0.0.1:5000/#/experiments/{self.experiment_id}/runs")
+        page = f"#/experiments/{self.experiment_id}/runs"
+        if self.uri.startswith(("http://", "https://")):  # a server: the run's page on it
+            return f"MLflow run {self._run_id}: {self.uri.rstrip('/')}/{page}/{self._run_id}"
+        return (f"MLflow run {self._run_id}: `mlflow ui --backend-store-uri {hide_password(self.uri)}`, then the runs "
+                f"table at http://127.0.0.1:5000/{page}")
 
