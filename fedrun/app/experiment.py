@@ -95,6 +95,8 @@ def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) ->
     config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
 
     def save(runner_state: RunnerState) -> Path:
+        if not b.plan.world.leads:  # rank 0 writes the replicated state (fedrun.sim.distributed)
+            return checkpoint_path
         tracker.flush()  # the history up to the checkpoint is in the store before the checkpoint exists
         checkpoint.save(checkpoint_path, b.method.state_dict(), runner_state, config_yaml, tracker.run_id)
         tracker.log_checkpoint(checkpoint_path)
@@ -121,7 +123,7 @@ def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) ->
                 if tracking_error is not err:
                     log.warning("could not mark the run FAILED: %s", tracking_error)
         raise
-    return finish(cfg, b, result, floor, tracker)
+    return finish(cfg, b, result, floor, tracker) if b.plan.world.leads else result
 
 
 def finish(cfg: DictConfig, b: Built, result: RunResult, floor: dict[str, dict[str, float]],

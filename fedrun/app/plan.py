@@ -29,6 +29,7 @@ from fedrun.kernels.env import RunEnv
 from fedrun.method.base import Method
 from fedrun.method.federated import FederatedMethod
 from fedrun.privacy.base import Privacy
+from fedrun.sim.distributed import SINGLE, Follower, World, rank_device, world_from_env
 from fedrun.sim.round import FederatedRound
 from fedrun.sim.trainer import Trainer, trainer_for
 from fedrun.store.runs import check_experiment_name
@@ -54,6 +55,7 @@ class Plan:
     method_config: Any
     eval_config: Any
     cfg: DictConfig
+    world: World = SINGLE  # the run's processes under torchrun (fedrun.sim.distributed)
 
     @property
     def choices(self) -> dict[str, str]:
@@ -63,7 +65,12 @@ class Plan:
 def plan(cfg: DictConfig) -> Plan:
     """Validate every group against its Config before any work starts."""
     sim = parse_config(SimConfig, cfg.sim, "sim")
+    world = world_from_env(sim.device)
+    sim.device = rank_device(sim.device, world)
     sim.torch_device()  # a requested but absent device fails here
+    if not world.leads:  # rank 0 alone shows progress, tracks and writes
+        sim.progress = False
+        logging.getLogger("fedrun").setLevel(logging.ERROR)  # its warnings would repeat rank 0's
     configs: dict[str, Any] = {}
     classes: dict[str, Any] = {}  # group → the option's class (its ``Config`` parses the group)
     for group, base in (("method", Method), ("eval", Evaluator)):
@@ -79,10 +86,11 @@ def plan(cfg: DictConfig) -> Plan:
         privacy=build(cfg.privacy, "privacy", Privacy),
         attack=build(cfg.attack, "attack", Attack),
         defense=build(cfg.defense, "defense", Defense),
-        tracker=build(cfg.track, "track", Tracker),
+        tracker=build(cfg.track, "track", Tracker) if world.leads else Follower(build(cfg.track, "track", Tracker)),
         method_config=configs["method"],
         eval_config=configs["eval"],
         cfg=cfg,
+        world=world,
     )
     check_combination(classes["method"], p.method_config, p.backbone, p.privacy, p.attack, p.defense, p.choices,
                       p.sim)
@@ -112,7 +120,7 @@ def build_run(cfg: DictConfig) -> Built:
     check_run(p.dataset.name, split, p.backbone, p.sim, p.method_config, p.eval_config.kind)
     env = RunEnv.create(split, p.sim, p.backbone)
     method = build(cfg.method, "method", Method, env=env)
-    trainer = trainer_for(method, p.privacy, p.attack, p.defense, p.sim)
+    trainer = trainer_for(method, p.privacy, p.attack, p.defense, p.sim, p.world)
     evaluator = build(cfg.eval, "eval", Evaluator, split=split, device=env.device,
                       rating=p.backbone.rating_model, bytes_per_pair=p.backbone.full_score_bytes_per_pair())
     check_selection(p.sim, evaluator)

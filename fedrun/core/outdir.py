@@ -12,6 +12,7 @@ process or a launcher's workers) all see the folder their parent claimed.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -22,6 +23,8 @@ RESOLVER = "fedrun_claim"
 def claim(folder: str) -> str:
     """``folder`` if no one has created it yet, else ``folder-2``, ``folder-3``, …: created here, returned."""
     base = Path(folder)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and os.environ.get("RANK", "0") != "0":  # torchrun's other ranks
+        base = base.with_name(f"{base.name}-rank{os.environ['RANK']}")  # write nothing there but Hydra's config
     base.parent.mkdir(parents=True, exist_ok=True)
     candidate, number = base, 1
     while True:

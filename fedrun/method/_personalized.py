@@ -23,7 +23,7 @@ from fedrun.kernels.server_opt import ServerOptimizerConfig
 from fedrun.method._clusters import ClusterModels
 from fedrun.method._pseudo import PairPerturbationConfig
 from fedrun.method._training import LocalTrainingConfig
-from fedrun.method.client import Client, ModelView
+from fedrun.method.client import Client, ClientResult, ModelView
 from fedrun.method.context import GraphContext
 from fedrun.method.federated import Exchange, FederatedMethod, Needs
 from fedrun.method.server import OptimizerServer
@@ -101,10 +101,15 @@ class PersonalizedClient(Client):
         return self.clusters.tables[cluster.unsqueeze(1), problem.items]  # [B, Lu, di]
 
     @torch.no_grad()
-    def keep_local(self, problem: LocalProblem, item0: torch.Tensor, result: LocalResult) -> None:
-        users = problem.batch.users
-        self.local_user[users] = problem.encode(result.user, item0 + result.item_delta)[0]
-        self.has_local[users] = True
+    def keep_local(self, problem: LocalProblem, item0: torch.Tensor, result: LocalResult) -> torch.Tensor:
+        """[B, d] the local representation each client keeps (Eq. 6's local term)."""
+        return problem.encode(result.user, item0 + result.item_delta)[0]
+
+    def write_back(self, users: torch.Tensor, result: ClientResult) -> None:
+        super().write_back(users, result)
+        if result.kept is not None:
+            self.local_user[users] = result.kept
+            self.has_local[users] = True
 
     # -- prediction (Eq. 6) ------------------------------------------------------------------------
     def prepare_ranking(self) -> None:

@@ -22,7 +22,7 @@ training (``fedrun.method._training``) and the pseudo items / masking (``fedrun.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, ClassVar, Protocol, Sequence
 
 import torch
 
@@ -56,13 +56,16 @@ class ClientResult:
     """One bucket's client step. ``uploads`` leave the clients; ``user`` [B, du] (the new private
     rows) stays on them — the round writes it back; ``loss`` [B]; ``stats``: per-client statistics
     ([B] or [1] tensors) that ``Client.metrics`` summarises; ``relay``: what the bucket hands a
-    client-side protocol phase (``Client.protocol``), never the server."""
+    client-side protocol phase (``Client.protocol``), never the server; ``kept``: what the clients keep of
+    their local models beside their private rows (PerFedRec's local representation), written back with them
+    (``Client.write_back``)."""
 
     uploads: Uploads
     user: torch.Tensor
     loss: torch.Tensor
     stats: dict[str, torch.Tensor] = field(default_factory=dict)
     relay: Any = None
+    kept: Any = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,10 @@ class Exchange:
 
 class Client:
     """FedAvg's client program (module docstring); options with their own client subclass it."""
+
+    # Why its step cannot run on another process than the rest of the round (fedrun.sim.distributed), or None:
+    # a step that keeps state beside its ``ClientResult`` would keep it on the rank that stepped the bucket only.
+    unshardable: ClassVar[str | None] = None
 
     def __init__(self, config: Any, env: RunEnv, private: PrivateParams, view: ModelView):
         self.config, self.env, self.private, self.view = config, env, private, view
@@ -142,11 +149,11 @@ class Client:
 
         result = train_local(self.env.backbone, problem, user0, item0, self.public.net,
                              self.client_optimizer(problem), self.env.sim.local_epochs, loss_fn)
-        self.keep_local(problem, item0, result)
+        kept = self.keep_local(problem, item0, result)
         client, slot = problem.item_mask.nonzero(as_tuple=True)  # [R], [R]
         uploads = Uploads(users.numel(), client, problem.items[client, slot], result.item_delta[client, slot],
                           result.net_delta, problem.weight)
-        return ClientResult(uploads, result.user, result.loss)
+        return ClientResult(uploads, result.user, result.loss, kept=kept)
 
     def local_loss(self, problem: LocalProblem, user: torch.Tensor, item_table: torch.Tensor,
                    net: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -165,9 +172,16 @@ class Client:
         (PerFedRec: its cluster's model)."""
         return self.public.item[problem.items]
 
-    def keep_local(self, problem: LocalProblem, item0: torch.Tensor, result: LocalResult) -> None:
+    def keep_local(self, problem: LocalProblem, item0: torch.Tensor, result: LocalResult) -> Any:
         """After local training: what the clients keep of their local models (PerFedRec's local
-        predictor); nothing by default."""
+        predictor), as ``ClientResult.kept``; nothing by default."""
+        return None
+
+    def write_back(self, users: torch.Tensor, result: ClientResult) -> None:
+        """The bucket's clients [B] keep their new private rows (and ``result.kept``, where the program keeps
+        more). The round calls it once every bucket has stepped: a step only returns, so any process can take it
+        (``fedrun.sim.distributed``)."""
+        self.private.user[users] = result.user
 
     def fabricated_step(self, batch: ClientBatch, user: torch.Tensor, round_index: int) -> ClientResult:
         """The benign client step, as the protocol's client software runs it, for clients outside the

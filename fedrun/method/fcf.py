@@ -37,6 +37,7 @@ from fedrun.backbone.pmf import PMF
 from fedrun.defense.base import Defense
 from fedrun.errors import ConfigError, check_positive
 from fedrun.kernels.server_opt import ServerOptimizerConfig
+from fedrun.method.client import Client
 from fedrun.method.federated import FederatedMethod, Needs
 from fedrun.method.fedsgd import FastRound
 from fedrun.method.rating_scale import RatingScale
@@ -75,8 +76,15 @@ class FCFServer(OptimizerServer):
         return super().step(Aggregate(aggregate.items, delta, aggregate.dense), ctx)
 
 
+class FCFClient(Client):
+    """FCF's clients: FedAvg's program, whose buckets the closed-form pass (``FCF.fast_round``) solves instead."""
+
+    unshardable = "its clients' closed-form solves and their sum are one pass over the round, not a step per bucket"
+
+
 class FCF(FederatedMethod):
     Config = FCFConfig
+    client_program = FCFClient
     unread = {"sim.local_epochs": "its clients solve their rows in closed form and send one item gradient a round"}
 
     def __init__(self, config: FCFConfig, env):

@@ -22,6 +22,8 @@ The server side (steps 8–9) receives ``Uploads`` / ``Aggregate`` and the sende
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from fedrun.attack.base import Attack
@@ -34,6 +36,7 @@ from fedrun.kernels.sampling import ClientSampler
 from fedrun.method.base import RoundStats
 from fedrun.method.federated import ClientResult, FederatedMethod
 from fedrun.privacy.base import Privacy
+from fedrun.sim.distributed import SINGLE, World, check_shardable
 from fedrun.types import Aggregate, RoundContext, Uploads
 
 ATTACK_STEP = "Lower attack.lr (the step of a malicious upload; null: the method's client lr)."
@@ -46,15 +49,19 @@ class FederatedRound:
     round's own settings (clients per round, sampling, the seed), handed in by the run, not read back
     through the method."""
 
-    def __init__(self, method: FederatedMethod, privacy: Privacy, attack: Attack, defense: Defense, sim: SimConfig):
+    def __init__(self, method: FederatedMethod, privacy: Privacy, attack: Attack, defense: Defense, sim: SimConfig,
+                 world: World = SINGLE):
         self.method, self.privacy, self.attack, self.defense = method, privacy, attack, defense
+        self.world = world  # the run's processes: each steps its share of the buckets (fedrun.sim.distributed)
         self.seed = sim.seed  # the privacy transforms' stream is keyed by it and the round
         clients = method.round_clients()
         self.sampler = ClientSampler(clients, sim.round_size(clients.numel()), sim.seed, sim.sampling == "independent")
+        if world.sharded:
+            check_shardable(method, world, self.sampler.per_round)
         defense.check_participants(self.sampler.per_round)
         self.exact_sum = method.needs(method.config).exact_sum is not None
         self.uses_fast_path = (method.fast_path_exact() and not privacy.transforms_uploads and not attack.active
-                               and defense.linear)
+                               and defense.linear and not world.sharded)  # the pass is not dealt out by bucket
         self.watched: torch.Tensor | None = None  # [T] the attack's target items, whose uploads each round counts
         # what scales the aggregate, named when it diverges: the clients' lr, and the attack's and the noise's if any
         self.aggregate_cause = " ".join([LEARNING_RATE] + [ATTACK_STEP] * attack.active
@@ -68,7 +75,8 @@ class FederatedRound:
         return self.sampler.rounds_per_epoch
 
     def describe(self) -> dict:
-        return {"fedsgd_fast_path": self.uses_fast_path} if self.method.has_fedsgd_path else {}
+        ranks = {"ranks": self.world.size} if self.world.sharded else {}
+        return {"fedsgd_fast_path": self.uses_fast_path, **ranks} if self.method.has_fedsgd_path else ranks
 
     def train_round(self, round_index: int) -> RoundStats:
         method = self.method
@@ -121,21 +129,24 @@ class FederatedRound:
                           traffic.down + exchange.bytes_down, extra)
 
     def client_steps(self, problems: list, ctx: RoundContext) -> list[ClientResult]:
-        """Steps 3–4 per bucket: the vectorized client step, its new private rows written back on the
-        client side, then the privacy transform of what leaves the bucket's clients."""
+        """Steps 3–4 per bucket: the vectorized client step (each rank steps the buckets dealt to it, then every
+        rank has every bucket's result), its new private rows written back on the client side, then the
+        privacy transform of what leaves the bucket's clients."""
         client = self.method.client
-        gen = generator(self.seed, "privacy", ctx.round, self.method.server.public.item.device)
+        device = self.method.server.public.item.device
+        gen = generator(self.seed, "privacy", ctx.round, device)
         component = f"the client step ({type(self.method).__name__})"
+        owners = self.world.owners([problem.item_mask.numel() for problem in problems])
+        mine = {b: client.step(problem) for b, problem in enumerate(problems) if owners[b] == self.world.rank}
         results = []
-        for problem in problems:
-            result = client.step(problem)
+        for problem, result in zip(problems, self.world.gather_results(mine, len(problems), device)):
             check_finite(result.user, component, ctx.round)
-            client.private.user[problem.batch.users] = result.user
+            client.write_back(problem.batch.users, result)
             privatized = self.privacy.apply(result.uploads, gen)
             if self.privacy.transforms_uploads:
                 check_upload_values(privatized, f"the privacy mechanism ({type(self.privacy).__name__})", ctx.round,
                                     PRIVACY_NOISE)
-            results.append(ClientResult(privatized, result.user, result.loss, result.stats, result.relay))
+            results.append(replace(result, uploads=privatized))
         return results
 
     def aggregate(self, uploads: Uploads, senders: torch.Tensor, ctx: RoundContext) -> Aggregate:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from fedrun.attack.base import Attack
 from fedrun.defense.base import Defense
+from fedrun.errors import ConfigError
 from fedrun.kernels.config import SimConfig
 from fedrun.method.base import Method, RoundStats
 from fedrun.method.federated import FederatedMethod
 from fedrun.privacy.base import Privacy
+from fedrun.sim.distributed import SINGLE, World
 from fedrun.sim.round import FederatedRound
 
 
@@ -32,7 +34,11 @@ class CentralTraining:
 Trainer = FederatedRound | CentralTraining
 
 
-def trainer_for(method: Method, privacy: Privacy, attack: Attack, defense: Defense, sim: SimConfig) -> Trainer:
+def trainer_for(method: Method, privacy: Privacy, attack: Attack, defense: Defense, sim: SimConfig,
+                world: World = SINGLE) -> Trainer:
     if isinstance(method, FederatedMethod):
-        return FederatedRound(method, privacy, attack, defense, sim)
+        return FederatedRound(method, privacy, attack, defense, sim, world)
+    if world.sharded:
+        raise ConfigError("WORLD_SIZE", world.size, f"1 (one process): {type(method).__name__} trains centrally; "
+                          "only federated rounds are dealt over ranks")
     return CentralTraining(method)

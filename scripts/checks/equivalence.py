@@ -1,8 +1,12 @@
 """Pin a refactor to bit-identical numbers: run fixed seed-1 configurations on real data and record
 every logged metric and a SHA-256 of the final model state, then compare two such records.
 
-    python scripts/checks/equivalence.py run --out before.json [--only fedavg-mf,pop]
+    python scripts/checks/equivalence.py run --out before.json [--only fedavg-mf,pop] [--set sim.fast_path=off]
     python scripts/checks/equivalence.py compare before.json after.json [--markdown table.md]
+
+Under ``torchrun --nproc_per_node=N`` the cases run sharded over N processes (fedrun.sim.distributed) and rank 0
+writes the record: compared with the one-process record of the same cases and ``--set``, it pins a sharded run to
+the one-process run (docs/scale-out.md).
 
 The cases are those of issue #30's acceptance (FedAvg MF/NCF on ml-100k, FedCL GRU4Rec/NCF on
 ml-1m, BIL/FedRec/FedRec++ on ml-100k's u1 fold, LightFR/FCF/FedMF/MetaMF/PrivRec/central NCF/pop on
@@ -47,6 +51,8 @@ RECORDED_SCHEDULE = {"fedrecattack": "sampled"}
 CASES: dict[str, list[str]] = {
     "fedavg-mf": ["method=fedavg", "backbone=mf", "dataset=ml-100k", "sim.epochs=2"],
     "fedavg-ncf": ["method=fedavg", "backbone=ncf", "dataset=ml-100k", "sim.epochs=2"],
+    "fedavg-mf-ldp": ["method=fedavg", "backbone=mf", "dataset=ml-100k", "sim.epochs=2", "privacy=ldp",
+                      "privacy.targets=[item_rows]"],  # #64: LDP noise on the uploaded item rows
     "fedcl-gru4rec": ["+experiment=fedcl/table3", "dataset=ml-1m", "backbone=fedcl/gru4rec", "row=fedcl/fedcl",
                       "sim.epochs=1"],
     "fedcl-ncf": ["+experiment=fedcl/table3", "dataset=ml-1m", "backbone=fedcl/ncf", "row=fedcl/fedcl",
@@ -118,9 +124,9 @@ def untimed(metrics: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in metrics.items() if not k.startswith(TIMING)}
 
 
-def run_case(name: str) -> dict:
+def run_case(name: str, extra: list[str]) -> dict:
     torch.set_num_threads(1)
-    built = build_run(compose([*CASES[name], *COMMON]))
+    built = build_run(compose([*CASES[name], *COMMON, *extra]))
     recorder = Recorder()
     started = time.perf_counter()
     result = run_loop(getattr(built, "trainer", built.method), built.evaluator, recorder, built.plan.sim, built.label)
@@ -151,17 +157,20 @@ def main() -> None:
     run = sub.add_parser("run")
     run.add_argument("--out", required=True, type=Path)
     run.add_argument("--only", default=",".join(CASES))
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an override for every case")
     cmp = sub.add_parser("compare")
     cmp.add_argument("before", type=Path)
     cmp.add_argument("after", type=Path)
     cmp.add_argument("--markdown", type=Path)
     args = parser.parse_args()
     if args.command == "run":
-        record = json.loads(args.out.read_text()) if args.out.exists() else {}
+        leads = os.environ.get("RANK", "0") == "0"  # under torchrun: rank 0 records
+        record = json.loads(args.out.read_text()) if args.out.exists() and leads else {}
         for name in args.only.split(","):
-            record[name] = run_case(name)
-            print(f"{name}: {record[name]['test']} ({record[name]['wall_seconds']:.0f}s)", flush=True)
-            args.out.write_text(json.dumps(record, indent=1, sort_keys=True))
+            record[name] = run_case(name, args.set)
+            if leads:
+                print(f"{name}: {record[name]['test']} ({record[name]['wall_seconds']:.0f}s)", flush=True)
+                args.out.write_text(json.dumps(record, indent=1, sort_keys=True))
         return
     rows = compare(json.loads(args.before.read_text()), json.loads(args.after.read_text()))
     lines = ["| case | before | after | identical |", "|---|---|---|---|"]
