@@ -126,9 +126,10 @@ def drive(args) -> None:
                  f"{max(r['step_share'] for r in rs):.0%}", f"{max(r['gather_share'] for r in rs):.0%}",
                  f"{rs[0]['upload_mb']:.1f}", f"{max(r['rss_gb'] for r in rs):.2f}"]
                 for n, rs in sorted(results.items())]
+        agreement = "identical on every rank count" if len(shas) == 1 else f"DIFFERS across rank counts: {shas}"
         caption = (f"{title}{' [tiny synthetic]' if args.tiny else ''}: {args.rounds} rounds after 2 warm-up, general "
                    f"path, {args.threads} thread(s) per rank; {machine('cpu')}. Item table after the rounds "
-                   f"{'identical on every rank count' if len(shas) == 1 else 'DIFFERS across rank counts: ' + str(shas)}.")
+                   f"{agreement}.")
         header = ["ranks", "s / round", "speed-up", "client-step share (max rank)",
                   "all-gather share (max rank, waiting included)", "uploads / round (MB)", "peak RSS per rank (GB)"]
         tables.append(write_table(args.out, f"sharded-{name}", header, rows, caption))
