@@ -1,7 +1,7 @@
 """``fedrun``: the Hydra app. Compose the config → validate and build → run → report.
 
 A user error (bad value, missing data file, ...) prints one paragraph and exits with
-status 2; in a multirun the failed job is recorded and the sweep goes on.
+status 2; in a multirun the failed job is recorded, the sweep goes on, and it exits 1 at its end.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from fedrun.core.paths import config_dir
 from fedrun.errors import ConfigError, FedrunError
 from fedrun.sim import launchers
 from fedrun.sim.loop import Interrupted
-from fedrun.sim.sweep import marker, request_stop, stop_requested
+from fedrun.sim.sweep import marker, record_failed_job, request_stop, stop_requested
 
 outdir.register()  # at import: a launcher's worker process unpickles the app from this module
 launchers.register()
@@ -59,6 +59,7 @@ def _app(cfg: DictConfig) -> float | None:
     except FedrunError as err:
         print(f"\nfedrun: error: {err}", file=sys.stderr)
         if multirun:
+            record_failed_job(str(sweep), hydra_cfg.job.num, str(err))  # the sweep exits 1 at its end
             return None  # recorded as FAILED; the sweep continues with the next job
         sys.exit(2)
     return next(iter(result.test.values()), None)

@@ -33,6 +33,7 @@ from omegaconf import DictConfig
 from fedrun.store.liveness import SWEEP_OWNER, owner_tags
 
 STOP_MARKER = ".fedrun-stop"
+FAILED_JOBS = ".fedrun-failed"  # in a sweep's folder: one file per failed job, holding its reason
 OVERRIDES = ".fedrun-overrides"  # the sweep's command line, for the sweep's own run (``sweep_parent``)
 
 
@@ -56,6 +57,19 @@ def stop_requested(path: Path | None) -> str | None:
         return path.read_text().strip() or "SIGTERM"
     except OSError:
         return "SIGTERM"
+
+
+def record_failed_job(sweep_dir: str | Path, job: int, reason: str) -> None:
+    """Note that job ``job`` of the sweep failed (its run, where the store took it, is FAILED with ``reason``)."""
+    folder = Path(sweep_dir) / FAILED_JOBS
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / str(job)).write_text(reason)
+
+
+def failed_jobs(sweep_dir: str | Path) -> dict[int, str]:
+    """The sweep's failed jobs: job number → reason."""
+    folder = Path(sweep_dir) / FAILED_JOBS
+    return {int(p.name): p.read_text() for p in folder.iterdir() if p.name.isdigit()} if folder.is_dir() else {}
 
 
 def exit_stopped(sweep_dir: str | Path, name: str) -> None:
@@ -173,4 +187,11 @@ class StopOnSignal(Callback):
             end_sweep_parents(config.hydra.sweep.dir, "FINISHED")
         except FedrunError as err:
             print(f"fedrun: could not end the sweep's run: {err}", file=sys.stderr)
+        failed = failed_jobs(config.hydra.sweep.dir)
+        if failed:  # after the report (Hydra ends the callbacks in reverse order): a script sees the failure
+            first = min(failed)
+            print(f"fedrun: {len(failed)} job(s) of the sweep failed ({', '.join(map(str, sorted(failed)))}); each "
+                  f"run the store took is FAILED with its reason. Job {first}: {failed[first].splitlines()[0]}",
+                  file=sys.stderr)
+            sys.exit(1)
 

@@ -60,8 +60,7 @@ def check_store(uri: str, field: str) -> None:
                           f"http(s)://<server> or a database ({', '.join(s + '://...' for s in SQL_STORES)}); a "
                           "folder (the file store) is refused by MLflow 3")
     if uri.startswith(("http://", "https://")):
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+        bound_http_retries(uri)
         try:
             urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=PROBE_SECONDS).close()
         except (OSError, ValueError) as err:  # URLError, refused, timed out, malformed
@@ -88,6 +87,16 @@ def check_store(uri: str, field: str) -> None:
                 database.parent.mkdir(parents=True, exist_ok=True)  # where the store will be created anyway
             except OSError as err:
                 raise ConfigError(field, uri, f"a SQLite store in a folder this user can create ({err})") from None
+
+
+def bound_http_retries(uri: str) -> None:
+    """A tracking server that stops answering costs seconds, not MLflow's default of 7 retries backing off to two
+    minutes each (a sweep's parent, ending its run against a dead server, waited 8 minutes). A user's own
+    ``MLFLOW_HTTP_REQUEST_*`` settings win."""
+    if uri.startswith(("http://", "https://")):
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
 
 
 def check_database(uri: str, field: str) -> None:
@@ -228,6 +237,7 @@ def open_client(uri: str):
     from mlflow.tracking import MlflowClient
 
     quiet_store_libraries()
+    bound_http_retries(uri)
     with store_lock(uri):
         return MlflowClient(uri)  # opens the store: creates and migrates a new SQLite file
 

@@ -76,8 +76,9 @@ def test_multirun_sweep_records_every_job_and_report_summarizes(tmp_path):
 
 def test_failed_job_in_a_sweep_does_not_stop_the_others():
     result = fedrun("-m", *QUICK, "method=pop", "sim.local_epochs=1,0", "track.experiment=sweep2")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # the sweep ran to its end, and says that a job failed
     assert "sim.local_epochs=0 is not allowed" in result.stderr
+    assert "fedrun: 1 job(s) of the sweep failed (1)" in result.stderr.splitlines()[-1]
     client = MlflowClient()
     runs, (parent,) = jobs_and_parent(client, "sweep2")
     assert sorted(r.info.status for r in runs) == ["FAILED", "FINISHED"]
