@@ -334,3 +334,15 @@ def test_a_wide_backbone_lowers_the_default_bucket_budget_and_says_so(monkeypatc
     with pytest.raises(ConfigError, match=r"sim.max_slots=4194304 .* at most 524288 at width 64") as refused:
         experiment.build_run(compose_cfg(SMALL + ["backbone.dim=64", "sim.max_slots=4194304"]))
     assert refused.value.field == "sim.max_slots"
+
+
+@pytest.mark.parametrize("key", ["foo", "experimnt_name", "sims"])
+def test_a_top_level_key_nothing_reads_is_refused_before_any_data_is_read(key):
+    with pytest.raises(ConfigError, match=rf"{key}=1 is not allowed: expected a key fedrun reads: a config group"):
+        plan(compose_cfg(SMALL + [f"+{key}=1"]))
+
+
+def test_every_key_the_presets_set_is_known():
+    from fedrun.app.plan import known_top_level_keys
+
+    assert {"experiment_name", "paper", "matrix", "server_reduce", "figure", "row", "choices"} <= known_top_level_keys()

@@ -4,9 +4,11 @@ set up (``build_run``). ``fedrun.app.experiment`` runs and records what this bui
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -18,6 +20,7 @@ from fedrun.attack._known import sample_known
 from fedrun.attack._targets import choose_targets
 from fedrun.attack.base import Attack, AttackConfig, AttackSetup
 from fedrun.backbone.base import Backbone
+from fedrun.core.paths import config_dir
 from fedrun.core.seeding import derive_seed
 from fedrun.data.splits import Split
 from fedrun.dataset.base import Dataset
@@ -62,8 +65,34 @@ class Plan:
         return {g: str(OmegaConf.select(self.cfg, f"choices.{g}", default="")) for g in GROUPS}
 
 
+@functools.cache
+def known_top_level_keys() -> frozenset[str]:
+    """The top-level keys fedrun reads: the groups, ``sim``, and every key ``conf/config.yaml`` or a global preset
+    (an experiment, a row, a setting) sets."""
+    import yaml
+
+    keys = {*GROUPS, "sim", "hydra"}
+    for path in Path(config_dir()).rglob("*.yaml"):
+        text = path.read_text()
+        if path.parent == Path(config_dir()) or "@package _global_" in text:
+            keys |= set(yaml.safe_load(text) or {})
+    return frozenset(keys - {"defaults"})
+
+
+def check_top_level_keys(cfg: DictConfig) -> None:
+    """A key no group, preset or setting defines (``+foo=bar``, a misspelt ``+experimnt_name=...``) is refused: it
+    would be recorded with the run and read by nothing."""
+    known = known_top_level_keys()
+    for key in map(str, cfg):
+        if key not in known:
+            raise ConfigError(key, OmegaConf.select(cfg, key), f"a key fedrun reads: a config group or one of "
+                              f"{', '.join(sorted(known - {*GROUPS, 'sim', 'hydra'}))} (`+{key}=...` adds a key "
+                              "nothing reads)")
+
+
 def plan(cfg: DictConfig) -> Plan:
     """Validate every group against its Config before any work starts."""
+    check_top_level_keys(cfg)
     sim = parse_config(SimConfig, cfg.sim, "sim")
     world = world_from_env(sim.device)
     sim.device = rank_device(sim.device, world)
