@@ -152,6 +152,7 @@ def build_run(cfg: DictConfig) -> Built:
     trainer = trainer_for(method, p.privacy, p.attack, p.defense, p.sim, p.world)
     evaluator = build(cfg.eval, "eval", Evaluator, split=split, device=env.device,
                       rating=p.backbone.rating_model, bytes_per_pair=p.backbone.full_score_bytes_per_pair())
+    evaluator.world = p.world
     check_selection(p.sim, evaluator)
     method.check_length(trainer.rounds_per_epoch() * p.sim.epochs)  # the run's length (max_rounds only cuts it)
     if p.attack.active and isinstance(p.attack.config, AttackConfig):

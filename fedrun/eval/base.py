@@ -10,6 +10,7 @@ from typing import ClassVar, Iterator, cast
 import numpy as np
 import torch
 
+from fedrun.core.world import SINGLE
 from fedrun.data.client_store import ClientStore
 from fedrun.data.splits import Split
 from fedrun.errors import check
@@ -54,6 +55,7 @@ class Evaluator:
                        for name, part in (("train", split.train), ("valid", split.valid), ("test", split.test))
                        if part is not None}
         self.targets: torch.Tensor | None = None  # attack targets: ER@K is reported beside the metrics
+        self.world = SINGLE  # a sharded run's processes: each ranks its share of the users (``Full``)
         check(config.kind != "rating" or rating, "eval.kind", "rating",
               "ranking or auto for this backbone: it ranks items, its scores are not ratings (an RMSE of them "
               "would be reported as a rating error)")

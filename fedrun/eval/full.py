@@ -45,15 +45,23 @@ class Full(Evaluator):
     def evaluate_ranking(self, method: Method, part: str) -> dict[str, float]:
         targets = self.stores[part]
         users = torch.nonzero(targets.sizes() > 0).squeeze(1)
-        n_items = self.split.n_items
+        chunks = torch.split(users, self.chunk_users(self.split.n_items))
+        owners = self.world.owners([1] * len(chunks))  # a sharded run: each rank ranks its chunks of users
+        mine = {c: self.chunk_sums(method, part, chunk) for c, chunk in enumerate(chunks)
+                if owners[c] == self.world.rank}
         sums: dict[str, float] = defaultdict(float)
-        for chunk in torch.split(users, self.chunk_users(n_items)):
-            scores = method.score_users(chunk, self.history(part))  # [U, I]
-            for store in self.masks(part):
-                rows, _, items, _ = store.flat(chunk)  # unpadded: a long history costs only its length
-                scores[rows, items] = float("-inf")
-            target_items, target_mask, _ = targets.gather(chunk)  # [U, T]
-            ranks = pessimistic_ranks(scores, target_items, target_mask, max(self.config.ks))
-            for name, values in from_ranks(ranks, target_mask, self.config.ks, self.config.metrics).items():
-                sums[name] += float(values.sum())
+        for chunk_sums in self.world.gather_results(mine, len(chunks), self.device):  # in chunk order: the same
+            for name, total in chunk_sums.items():                                   # sums on any rank count
+                sums[name] += total
         return {name: total / max(users.numel(), 1) for name, total in sums.items()}
+
+    def chunk_sums(self, method: Method, part: str, chunk: torch.Tensor) -> dict[str, float]:
+        """Each metric summed over the users ``chunk`` [U], ranked over every item, their history masked."""
+        scores = method.score_users(chunk, self.history(part))  # [U, I]
+        for store in self.masks(part):
+            rows, _, items, _ = store.flat(chunk)  # unpadded: a long history costs only its length
+            scores[rows, items] = float("-inf")
+        target_items, target_mask, _ = self.stores[part].gather(chunk)  # [U, T]
+        ranks = pessimistic_ranks(scores, target_items, target_mask, max(self.config.ks))
+        return {name: float(values.sum())
+                for name, values in from_ranks(ranks, target_mask, self.config.ks, self.config.metrics).items()}

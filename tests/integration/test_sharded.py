@@ -1,6 +1,6 @@
 """One experiment over two processes (issue #64, item 1): ``torchrun --nproc_per_node=2 -m fedrun`` on gloo gives the
-one-process run's results exactly (each rank on one thread: a bucket's step is then the same computation in
-either), rank 0 alone prints and writes, and a sharded run that cannot be dealt is refused before training."""
+one-process run's results exactly (each rank on one thread: a bucket's step, and a chunk of the evaluation's users,
+is then the same computation in either), rank 0 alone prints and writes, and a sharded run that cannot be dealt is refused before training."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from pathlib import Path
 BIN = Path(sys.executable).parent
 FEDRUN = shutil.which("fedrun") or str(BIN / "fedrun")
 TORCHRUN = shutil.which("torchrun") or str(BIN / "torchrun")
-RUN = ["method=fedavg", "backbone=ncf", "dataset=synthetic", "dataset.n_users=200", "dataset.n_items=150",
+# 3,000 items in 1 MB: the evaluation ranks its users in chunks of 87, dealt over the ranks as well
+RUN = ["method=fedavg", "backbone=ncf", "dataset=synthetic", "dataset.n_users=200", "dataset.n_items=3000",
+       "eval.memory_mb=1",
        "sim.clients_per_round=64", "sim.epochs=2", "sim.progress=false", "sim.threads=1", "sim.fast_path=off",
        "track=none", "attack=a_hum", "attack.fraction=0.05", "defense=median"]
 
@@ -40,7 +42,7 @@ def test_two_ranks_give_the_one_process_results(tmp_path):
 
 
 def test_more_ranks_than_clients_per_round_is_refused_before_training(tmp_path):
-    result = run([TORCHRUN, "--nproc_per_node=2", "-m", "fedrun", *RUN[:-3], "sim.clients_per_round=1"], tmp_path)
+    result = run([TORCHRUN, "--nproc_per_node=2", "-m", "fedrun", *RUN, "sim.clients_per_round=1"], tmp_path)
     assert result.returncode != 0
     assert "WORLD_SIZE=2 is not allowed: expected at most the 1 clients of a round" in result.stderr
     assert "epoch 1/2" not in result.stderr
