@@ -17,7 +17,7 @@ LAYERS = [
     ("data", ["data", "dataset"]),
     ("models", ["backbone"]),
     ("kernels", ["kernels"]),
-    ("components", ["privacy", "defense", "attack", "retrieval", "store", "track"]),
+    ("components", ["privacy", "defense", "attack", "audit", "retrieval", "store", "track"]),
     ("methods", ["method"]),
     ("evaluation", ["eval"]),
     ("simulator", ["sim"]),

@@ -145,9 +145,15 @@ def finish(cfg: DictConfig, b: Built, result: RunResult, floor: dict[str, dict[s
         for path in written:
             tracker.log_artifact(path)
 
+    audit = b.plan.audit.score(b.env.train) if b.plan.audit.active else {}  # the truth, read only now
+    if audit:
+        print("audit (an honest-but-curious server, from upload ids): " + ", ".join(
+            f"{name[len('audit_'):]} {value:.4f}" for name, value in audit.items()), flush=True)
     failures: list[TrackingError] = []
-    for step in (lambda: log_final(tracker, result), lambda: record_floor(b, result, floor, tracker), store_files,
-                 lambda: log_result_views(b, result, floor, tracker, out), lambda: tracker.finish("FINISHED")):
+    steps = (lambda: log_final(tracker, result), lambda: tracker.log_metrics(audit, step=result.rounds),
+             lambda: record_floor(b, result, floor, tracker), store_files,
+             lambda: log_result_views(b, result, floor, tracker, out), lambda: tracker.finish("FINISHED"))
+    for step in steps:
         try:
             step()
         except TrackingError as err:

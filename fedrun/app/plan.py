@@ -19,6 +19,7 @@ from fedrun.app.validate import check_run, check_selection
 from fedrun.attack._known import sample_known
 from fedrun.attack._targets import choose_targets
 from fedrun.attack.base import Attack, AttackConfig, AttackSetup
+from fedrun.audit.base import Auditor
 from fedrun.backbone.base import Backbone
 from fedrun.core.paths import config_dir
 from fedrun.core.seeding import derive_seed
@@ -40,7 +41,7 @@ from fedrun.track.base import Tracker
 
 log = logging.getLogger("fedrun")
 
-GROUPS = ("dataset", "backbone", "method", "privacy", "attack", "defense", "eval", "track")
+GROUPS = ("dataset", "backbone", "method", "privacy", "attack", "defense", "audit", "eval", "track")
 PRESET_GROUPS = ("experiment", "row")  # +experiment=<paper>/<table> and its rows (conf/row/<paper>/)
 
 
@@ -54,6 +55,7 @@ class Plan:
     privacy: Privacy
     attack: Attack
     defense: Defense
+    audit: Auditor
     tracker: Tracker
     method_config: Any
     eval_config: Any
@@ -115,6 +117,7 @@ def plan(cfg: DictConfig) -> Plan:
         privacy=build(cfg.privacy, "privacy", Privacy),
         attack=build(cfg.attack, "attack", Attack),
         defense=build(cfg.defense, "defense", Defense),
+        audit=build(cfg.audit, "audit", Auditor),
         tracker=build(cfg.track, "track", Tracker) if world.leads else Follower(build(cfg.track, "track", Tracker)),
         method_config=configs["method"],
         eval_config=configs["eval"],
@@ -123,6 +126,8 @@ def plan(cfg: DictConfig) -> Plan:
     )
     check_combination(classes["method"], p.method_config, p.backbone, p.privacy, p.attack, p.defense, p.choices,
                       p.sim)
+    if p.audit.active and not issubclass(classes["method"], FederatedMethod):
+        raise ConfigError("audit", p.choices["audit"], "none for a centralized method: no server receives uploads")
     check_experiment_name("experiment_name", cfg.get("experiment_name"))  # a preset's; track.experiment: its Config
     return p
 
@@ -150,6 +155,9 @@ def build_run(cfg: DictConfig) -> Built:
     env = RunEnv.create(split, p.sim, p.backbone)
     method = build(cfg.method, "method", Method, env=env)
     trainer = trainer_for(method, p.privacy, p.attack, p.defense, p.sim, p.world)
+    if p.audit.active and isinstance(trainer, FederatedRound):  # (plan refused an audit of a centralized method)
+        p.audit.start(split.n_users, split.n_items, env.device)
+        trainer.audit_uploads(p.audit)
     evaluator = build(cfg.eval, "eval", Evaluator, split=split, device=env.device,
                       rating=p.backbone.rating_model, bytes_per_pair=p.backbone.full_score_bytes_per_pair())
     evaluator.world = p.world

@@ -27,6 +27,8 @@ from dataclasses import replace
 import torch
 
 from fedrun.attack.base import Attack
+from fedrun.audit.base import Auditor
+from fedrun.audit.none import NoAudit
 from fedrun.core.seeding import generator
 from fedrun.defense.base import Defense
 from fedrun.defense.diagnostics import target_uploads
@@ -63,9 +65,15 @@ class FederatedRound:
         self.uses_fast_path = (method.fast_path_exact() and not privacy.transforms_uploads and not attack.active
                                and defense.linear and not world.sharded)  # the pass is not dealt out by bucket
         self.watched: torch.Tensor | None = None  # [T] the attack's target items, whose uploads each round counts
+        self.audit: Auditor = NoAudit(None)  # an honest-but-curious server's view of the benign uploads (``audit``)
         # what scales the aggregate, named when it diverges: the clients' lr, and the attack's and the noise's if any
         self.aggregate_cause = " ".join([LEARNING_RATE] + [ATTACK_STEP] * attack.active
                                         + [PRIVACY_NOISE] * privacy.transforms_uploads)
+
+    def audit_uploads(self, auditor: Auditor) -> None:
+        """Hand ``auditor`` the benign uploads of every round as the server receives them (step 7); the round then
+        takes the general path, since the FedSGD pass builds no uploads to see."""
+        self.audit, self.uses_fast_path = auditor, False
 
     def watch_targets(self, targets: torch.Tensor) -> None:
         """Count each round's uploads of ``targets`` [T] (benign and malicious) beside the round's metrics."""
@@ -115,6 +123,7 @@ class FederatedRound:
             # 7. guards
             check_uploads(uploads, method.upload_schema(), round_index, f"the client step ({type(method).__name__})")
             extra.update(method.observe_uploads(benign, senders, ctx))
+            self.audit.observe(benign, senders, ctx)  # what the server received of the benign clients
             # 8. the one aggregation path
             aggregate = self.aggregate(uploads, senders, ctx)
         check_finite(aggregate.item_delta, f"the aggregate (defense={type(self.defense).__name__})", round_index,

@@ -1,6 +1,7 @@
 """One experiment over two processes (issue #64, item 1): ``torchrun --nproc_per_node=2 -m fedrun`` on gloo gives the
-one-process run's results exactly (each rank on one thread: a bucket's step, and a chunk of the evaluation's users,
-is then the same computation in either), rank 0 alone prints and writes, and a sharded run that cannot be dealt is refused before training."""
+one-process run's results exactly (each rank on one thread: a bucket's step, and a chunk of the evaluation's
+users, is then the same computation in either), rank 0 alone prints and writes, and a sharded run that cannot be
+dealt is refused before training."""
 
 from __future__ import annotations
 
