@@ -112,3 +112,20 @@ def test_a_direct_laplace_scale_sets_the_noise_and_the_reported_epsilon():
         LDPConfig(scale=0.1, mechanism="gaussian")
     with pytest.raises(ConfigError, match="scale"):
         LDPConfig(scale=0.0)
+
+
+def test_the_epsilon_a_client_spends_on_noised_item_rows_adds_up_over_its_rows_and_rounds():
+    """Basic composition: each noised row is an ε-LDP release of the same client's data, so a round costs the client
+    rows × ε and its rounds add up; checked against the rows its problems hold (one row per item slot)."""
+    from tests.conftest import make_method, round_of
+
+    method, env = make_method(["privacy=ldp", "privacy.targets=[item_rows]", "privacy.epsilon=2.0"])
+    rounds = round_of(method)
+    spent = torch.zeros(env.n_users, dtype=torch.float64)
+    for r in range(3):
+        users = method.round_users(rounds.sampler, r)
+        for problem in method.client.problems(users, r):
+            spent.index_add_(0, problem.batch.users, problem.item_mask.sum(1).double() * 2.0)
+        round_stats = rounds.train_round(r)
+        assert round_stats.extra["epsilon_item_rows_spent_max"] == pytest.approx(float(spent.max()))
+    assert round_stats.extra["epsilon_per_item_row"] == 2.0

@@ -66,6 +66,10 @@ class FederatedRound:
                                and defense.linear and not world.sharded)  # the pass is not dealt out by bucket
         self.watched: torch.Tensor | None = None  # [T] the attack's target items, whose uploads each round counts
         self.audit: Auditor = NoAudit(None)  # an honest-but-curious server's view of the benign uploads (``audit``)
+        # ε each client has spent on its noised item rows (basic composition: every row is a separate ε-LDP release
+        # of the same client's data, so a round costs rows × ε and the rounds add up)
+        self.rows_epsilon = (torch.zeros(int(clients.max()) + 1 if clients.numel() else 0, dtype=torch.float64)
+                             if "item_rows" in privacy.targets and privacy.transforms_uploads else None)
         # what scales the aggregate, named when it diverges: the clients' lr, and the attack's and the noise's if any
         self.aggregate_cause = " ".join([LEARNING_RATE] + [ATTACK_STEP] * attack.active
                                         + [PRIVACY_NOISE] * privacy.transforms_uploads)
@@ -123,6 +127,7 @@ class FederatedRound:
             # 7. guards
             check_uploads(uploads, method.upload_schema(), round_index, f"the client step ({type(method).__name__})")
             extra.update(method.observe_uploads(benign, senders, ctx))
+            extra.update(self.account_epsilon(benign, senders))
             self.audit.observe(benign, senders, ctx)  # what the server received of the benign clients
             # 8. the one aggregation path
             aggregate = self.aggregate(uploads, senders, ctx)
@@ -136,6 +141,20 @@ class FederatedRound:
         extra.update(traffic.metrics)
         return RoundStats(float(losses.mean()), ctx.n_clients, traffic.up + exchange.bytes_up,
                           traffic.down + exchange.bytes_down, extra)
+
+    def account_epsilon(self, benign: Uploads, senders: torch.Tensor) -> dict[str, float]:
+        """The privacy budget the round's clients spent on their noised item rows, composed over their rounds
+        (basic composition): the largest this round and the largest over the run so far."""
+        if self.rows_epsilon is None or benign.row_delta.shape[0] == 0:
+            return {}
+        epsilon = self.privacy.epsilon_per_upload(benign.row_delta.shape[1])
+        if epsilon is None:
+            return {}
+        rows = torch.bincount(benign.row_client, minlength=benign.n_clients).to(torch.float64).cpu()  # [B]
+        spent = rows * epsilon
+        self.rows_epsilon.index_add_(0, senders.cpu(), spent)
+        return {"epsilon_item_rows_round_max": float(spent.max()), "epsilon_item_rows_spent_max":
+                float(self.rows_epsilon.max()), "epsilon_per_item_row": float(epsilon)}
 
     def client_steps(self, problems: list, ctx: RoundContext) -> list[ClientResult]:
         """Steps 3–4 per bucket: the vectorized client step (each rank steps the buckets dealt to it, then every
