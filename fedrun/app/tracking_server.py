@@ -152,7 +152,7 @@ def start_mlflow(root: Path, state: State) -> int:
     with open(root / "mlflow.log", "ab") as log:
         server = subprocess.Popen([mlflow, "server", "--backend-store-uri", state.backend(), "--artifacts-destination",
                                    str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(state.mlflow_port),
-                                   "--workers", "2"], stdout=log, stderr=log, env=env, start_new_session=True)
+                                   "--workers", "1"], stdout=log, stderr=log, env=env, start_new_session=True)
     deadline = time.monotonic() + HEALTH_SECONDS
     while not healthy(state.uri):
         if server.poll() is not None or time.monotonic() > deadline:

@@ -1,7 +1,7 @@
 """One experiment over two processes (issue #64, item 1): ``torchrun --nproc_per_node=2 -m fedrun`` on gloo gives the
 one-process run's results exactly (each rank on one thread: a bucket's step, and a chunk of the evaluation's
-users, is then the same computation in either), rank 0 alone prints and writes, and a sharded run that cannot be
-dealt is refused before training."""
+users, is then the same computation in either), and rank 0 alone prints and writes (the refusals before training:
+tests/test_distributed.py)."""
 
 from __future__ import annotations
 
@@ -41,9 +41,3 @@ def test_two_ranks_give_the_one_process_results(tmp_path):
     rank1 = next((tmp_path / "outputs" / "runs").glob("*/*-rank1"))
     assert not (rank1 / "last_run.md").exists()  # rank 0 alone writes
 
-
-def test_more_ranks_than_clients_per_round_is_refused_before_training(tmp_path):
-    result = run([TORCHRUN, "--nproc_per_node=2", "-m", "fedrun", *RUN, "sim.clients_per_round=1"], tmp_path)
-    assert result.returncode != 0
-    assert "WORLD_SIZE=2 is not allowed: expected at most the 1 clients of a round" in result.stderr
-    assert "epoch 1/2" not in result.stderr
