@@ -110,6 +110,7 @@ def plan(cfg: DictConfig) -> Plan:
             raise ConfigError(f"{group}._target_", target, "the class implementing this option")
         classes[group] = resolve_target(target, group, base)
         configs[group] = parse_config(classes[group].Config, cfg[group], group)
+    tracker = build(cfg.track, "track", Tracker)
     p = Plan(
         dataset=build(cfg.dataset, "dataset", Dataset),
         backbone=build(cfg.backbone, "backbone", Backbone),
@@ -118,7 +119,7 @@ def plan(cfg: DictConfig) -> Plan:
         attack=build(cfg.attack, "attack", Attack),
         defense=build(cfg.defense, "defense", Defense),
         audit=build(cfg.audit, "audit", Auditor),
-        tracker=build(cfg.track, "track", Tracker) if world.leads else Follower(build(cfg.track, "track", Tracker)),
+        tracker=tracker if world.leads else Follower(tracker),
         method_config=configs["method"],
         eval_config=configs["eval"],
         cfg=cfg,

@@ -81,8 +81,8 @@ def free_port(preferred: int | None = None) -> int:
         return int(probe.getsockname()[1])
 
 
-def run(command: list[str], what: str, env: dict | None = None) -> None:
-    result = subprocess.run(command, capture_output=True, text=True, env=env)
+def run(command: list[str], what: str) -> None:
+    result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         detail = (result.stderr or result.stdout).strip().splitlines()
         raise ServerError(f"{what} failed: {detail[-1] if detail else f'exit status {result.returncode}'}")
@@ -107,6 +107,7 @@ def init_cluster(root: Path, state: State) -> None:
     hand_to_postgres(data)
     password = secrets.token_urlsafe(24)
     pwfile = root / ".initdb-password"
+    pwfile.touch(mode=0o600)  # never readable by others, not even while initdb runs
     pwfile.write_text(password + "\n")
     hand_to_postgres(pwfile)
     try:
@@ -134,6 +135,12 @@ def start_postgres(root: Path, state: State) -> None:
                          passfile=str(root / "pgpass"), autocommit=True, connect_timeout=10) as db:
         if db.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone() is None:
             db.execute(f"CREATE DATABASE {DATABASE}")
+
+
+def postgres_running(root: Path) -> bool:
+    status = subprocess.run(as_owner([postgres_bin("pg_ctl"), "-D", str(root / "postgres"), "status"]),
+                            capture_output=True)
+    return status.returncode == 0
 
 
 def healthy(uri: str, timeout: float = 2) -> bool:
@@ -205,9 +212,7 @@ def start(root: Path, port: int | None) -> State:
         init_cluster(root, state)
     elif port is not None:
         state.mlflow_port = port
-    status = subprocess.run(as_owner([postgres_bin("pg_ctl"), "-D", str(root / "postgres"), "status"]),
-                            capture_output=True)
-    if status.returncode != 0:
+    if not postgres_running(root):
         start_postgres(root, state)
     state.mlflow_pid = start_mlflow(root, state)
     save(root, state)
@@ -225,9 +230,7 @@ def stop(root: Path) -> bool:
         stop_process(state.mlflow_pid)
         state.mlflow_pid = None
         save(root, state)
-    status = subprocess.run(as_owner([postgres_bin("pg_ctl"), "-D", str(root / "postgres"), "status"]),
-                            capture_output=True)
-    if status.returncode == 0:
+    if postgres_running(root):
         run(as_owner([postgres_bin("pg_ctl"), "-D", str(root / "postgres"), "-m", "fast", "-w", "stop"]),
             "stopping PostgreSQL")
         was_running = True
