@@ -1,26 +1,31 @@
-"""The server audit (issue #65, attack 1): rated-set inference from upload ids. Its guesses against cases whose answer
-is known, its AUC against a brute-force count, and the contract: it sees only what the server receives, reads the
-truth only when it scores, and changes no training number."""
+"""The server audit (issue #65): rated-set inference from upload ids, interaction inference from shared user vectors,
+rating inference from consecutive MF gradients. Their guesses against cases whose answer is known, the AUC against a
+brute-force count, and the contract: it sees only what the server receives, reads the truth only when it scores,
+and changes no training number."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from fedrun.audit.server import ServerAudit
+from fedrun.audit.rated_set import RatedSetInference
+from fedrun.audit.server import ServerAudit, ServerAuditConfig
+from fedrun.audit.shared import SharedEmbeddingInference
+from fedrun.backbone.base import PublicParams
 from fedrun.data.client_store import ClientStore
 from fedrun.errors import ConfigError
-from fedrun.types import RoundContext, Uploads
-from tests.conftest import compose_cfg, make_method, round_of
+from fedrun.types import EmbeddingUploads, Uploads
+from tests.conftest import SMALL, compose_cfg, make_method, needs_data, round_of
+from tests.test_fedrec import ML100K
 from tests.test_privacy_boundary import RATED, Poison, reachable
 
 GENERAL = ["sim.fast_path=off"]
 
 
-def audited(overrides: list[str], rounds: int = 4):
-    method, env = make_method(overrides)
-    auditor = ServerAudit(None)
-    auditor.start(env.n_users, env.n_items, env.device)
+def audited(overrides: list[str], rounds: int = 4, base: list[str] = SMALL, **options):
+    method, env = make_method(overrides, base=base)
+    auditor = ServerAudit(ServerAuditConfig(**options))
+    auditor.start(env.n_users, env.n_items, env.backbone, env.device)
     round_of(method).audit_uploads(auditor)
     for r in range(rounds):
         round_of(method).train_round(r)
@@ -46,6 +51,15 @@ def test_fedavg_uploads_its_items_every_round_so_the_intersection_finds_them():
     assert metrics["audit_auc"] > 0.9
 
 
+@needs_data
+def test_on_ml100k_five_rounds_of_fedrec_uncover_the_rated_items():
+    """One round hides I_u at precision 1/(1+ρ); intersecting a client's five rounds recovers it."""
+    _, env, auditor = audited(ML100K + ["method=fedrec", "method.rho=1"], rounds=5, base=[])
+    metrics = auditor.score(env.train)
+    assert metrics["audit_round_recall"] == 1.0 and metrics["audit_round_precision"] == pytest.approx(0.5, abs=0.01)
+    assert metrics["audit_intersect_precision"] > 0.95 and metrics["audit_intersect_recall"] == 1.0
+
+
 @pytest.mark.parametrize("rho", [1, 3])
 def test_fedrec_hides_each_rated_item_among_rho_sampled_ones_per_round(rho):
     """FedRec's hybrid filling: a round's uploads are I_u and ρ|I_u| sampled unrated items, so the round guess has
@@ -58,14 +72,13 @@ def test_fedrec_hides_each_rated_item_among_rho_sampled_ones_per_round(rho):
 
 def test_the_auc_is_the_brute_force_count():
     n_users, n_items = 5, 9
-    auditor = ServerAudit(None)
-    auditor.start(n_users, n_items, torch.device("cpu"))
+    auditor = RatedSetInference(n_users, n_items, torch.device("cpu"))
     gen = torch.Generator().manual_seed(3)
-    for r in range(4):
+    for _ in range(4):
         senders = torch.randperm(n_users, generator=gen)[:3]
         mask = torch.rand(3, n_items, generator=gen) < 0.4
         client, item = mask.nonzero(as_tuple=True)
-        auditor.observe(Uploads(3, client, item, torch.zeros(item.numel(), 1)), senders, RoundContext(r, 0, 3))
+        auditor.observe(Uploads(3, client, item, torch.zeros(item.numel(), 1)), senders)
     truth_mask = torch.rand(n_users, n_items, generator=gen) < 0.3
     truth_mask[:, 0] = True  # everyone holds an item and lacks another
     truth_mask[:, -1] = False
@@ -84,21 +97,27 @@ def test_the_auc_is_the_brute_force_count():
     assert auditor.score(truth)["audit_auc"] == pytest.approx(sum(expected) / len(expected), abs=1e-12)
 
 
-def test_the_auditor_holds_no_client_data_and_observes_with_it_poisoned():
-    method, env = make_method(GENERAL)
-    auditor = ServerAudit(None)
-    auditor.start(env.n_users, env.n_items, env.device)
-    observe = auditor.observe
+@pytest.mark.parametrize("overrides", [GENERAL, [*RATED, "method=fedmf", "method.encryption=none"],
+                                       ["method=fedcl", "backbone=mf", "privacy=none", "method.n_clusters=4"]],
+                         ids=["fedavg", "fedmf", "fedcl"])
+def test_the_auditor_holds_no_client_data_and_observes_with_it_poisoned(overrides):
+    method, env = make_method(overrides)
+    auditor = ServerAudit(ServerAuditConfig())
+    auditor.start(env.n_users, env.n_items, env.backbone, env.device)
 
-    def poisoned(*args):
-        saved = (env.train, env.split, method.client.private)
-        env.train, env.split, method.client.private = Poison("ClientStore"), Poison("Split"), Poison("PrivateParams")
-        try:
-            return observe(*args)
-        finally:
-            env.train, env.split, method.client.private = saved
+    def poisoned(observe):
+        def call(*args):
+            saved = (env.train, env.split, method.client.private)
+            env.train, env.split = Poison("ClientStore"), Poison("Split")
+            method.client.private = Poison("PrivateParams")
+            try:
+                return observe(*args)
+            finally:
+                env.train, env.split, method.client.private = saved
+        return call
 
-    auditor.observe = poisoned  # type: ignore[method-assign]
+    auditor.observe = poisoned(auditor.observe)  # type: ignore[method-assign]
+    auditor.observe_shared = poisoned(auditor.observe_shared)  # type: ignore[method-assign]
     round_of(method).audit_uploads(auditor)
     for r in range(2):
         round_of(method).train_round(r)
@@ -113,3 +132,84 @@ def test_an_audit_of_a_centralized_method_is_refused_before_any_data_is_read():
     with pytest.raises(ConfigError, match="audit='server' is not allowed: expected none for a centralized method"):
         plan(compose_cfg(["dataset=synthetic", "dataset.n_users=60", "dataset.n_items=80", "track=none",
                                "method=central", "audit=server"]))
+
+
+# -- attack 3: interaction inference from shared user vectors -------------------------------------------------------
+
+def shared_guess(vectors: torch.Tensor, items: torch.Tensor, k: int, truth: ClientStore) -> dict[str, float]:
+    from fedrun.backbone.base import BackboneConfig
+    from fedrun.backbone.mf import MF
+
+    inference = SharedEmbeddingInference(vectors.shape[0], items.shape[0], k, MF(BackboneConfig(dim=items.shape[1])),
+                                         torch.device("cpu"))
+    inference.observe(EmbeddingUploads(torch.arange(vectors.shape[0]), vectors), PublicParams(items))
+    return inference.score(truth)
+
+
+def store_of(held: torch.Tensor) -> ClientStore:
+    """[U, I] bool → the clients' training items."""
+    user, item = held.nonzero(as_tuple=True)
+    indptr = torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(user, minlength=held.shape[0]).cumsum(0)])
+    return ClientStore(indptr, item, None, held.shape[1])
+
+
+def test_a_shared_vector_whose_top_items_are_the_clients_gives_them_all_away_and_noise_hides_them():
+    """Each client holds exactly the 5 items its vector scores highest: the guess finds them all (recall 1). Under
+    noise far larger than the vectors, recall falls to the chance level K / |I|, below the popularity guess."""
+    gen = torch.Generator().manual_seed(0)
+    users, n_items, k = 200, 60, 5
+    items = torch.nn.functional.normalize(torch.randn(n_items, 8, generator=gen), dim=1)  # no item favoured by its norm
+    vectors = torch.randn(users, 8, generator=gen)
+    held = torch.zeros(users, n_items, dtype=torch.bool)
+    held.scatter_(1, (vectors @ items.T).topk(k, dim=1).indices, True)
+    exact = shared_guess(vectors, items, k, store_of(held))
+    assert exact["audit_shared_recall_at_5"] == 1.0
+    assert exact["audit_shared_popularity_recall_at_5"] < 1.0
+    noised = shared_guess(vectors + 1e3 * torch.randn(users, 8, generator=gen), items, k, store_of(held))
+    assert noised["audit_shared_recall_at_5"] == pytest.approx(k / n_items, abs=0.05)
+    assert noised["audit_shared_random_recall_at_5"] == k / n_items
+
+
+def test_fedcl_shares_its_user_vectors_with_the_server_and_the_audit_receives_them():
+    """FedCL's exchange uploads every sampled client's user embedding: the audit scores every client it saw, and the
+    clients' items rank above chance for their own vectors once the model has trained a little."""
+    _, env, auditor = audited(["method=fedcl", "backbone=mf", "privacy=none", "sim.clients_per_round=all",
+                               "method.n_clusters=4"], rounds=6, k=5)
+    metrics = auditor.score(env.train)
+    assert metrics["audit_shared_clients"] == float(env.clients_with_data().numel())
+    assert metrics["audit_shared_recall_at_5"] > metrics["audit_shared_random_recall_at_5"]
+
+
+# -- attack 2: rating inference from consecutive MF gradients --------------------------------------------------------
+
+def test_plain_fedmf_gives_the_server_every_rating_to_float_precision():
+    """FedMF without encryption: two consecutive uploads of a client fix its rating of every item it uploaded."""
+    _, env, auditor = audited([*RATED, "method=fedmf", "method.encryption=none", "sim.clients_per_round=all"],
+                              rounds=3)
+    metrics = auditor.score(env.train)
+    assert metrics["audit_rating_coverage"] == 1.0
+    assert metrics["audit_rating_mae"] < 1e-3 < 0.5 < metrics["audit_rating_mean_mae"]
+
+
+def test_encrypted_fedmf_leaks_no_values_and_fulltext_hides_the_rated_items():
+    _, env, auditor = audited([*RATED, "method=fedmf", "method.mode=full", "sim.clients_per_round=all"], rounds=2)
+    metrics = auditor.score(env.train)
+    assert metrics["audit_values_hidden"] == 1.0 and "audit_rating_mae" not in metrics
+    assert metrics["audit_auc"] == 0.5 and metrics["audit_round_precision"] == metrics["audit_base_rate"]
+
+
+def test_fedrec_hybrid_filling_blurs_the_rating_attack():
+    """FedRec's sampled items enter the attacker's system as if rated: the inferred ratings are far from exact."""
+    _, env, auditor = audited([*RATED, "method=fedrec", "method.rho=1", "sim.clients_per_round=all"], rounds=3)
+    assert auditor.score(env.train)["audit_rating_mae"] > 1e-2
+
+
+# -- bad input ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("override,field", [("audit.attacks=[rated_set,gradients]", "audit.attacks"),
+                                            ("audit.k=0", "audit.k"), ("audit.k=1000", "audit.k")])
+def test_bad_audit_settings_are_named_before_training(override, field):
+    from fedrun.app.experiment import build_run
+
+    with pytest.raises(ConfigError, match=field):
+        build_run(compose_cfg([*SMALL, "audit=server", override]))

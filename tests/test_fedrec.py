@@ -200,17 +200,6 @@ def test_fedrecpp_is_lossless_on_ml100k(extra):
 
 
 @needs_data
-def test_audit_sees_rated_items_through_repeated_uploads():
-    """One round hides I_u at precision 1/(1+ρ); intersecting a client's rounds recovers it."""
-    method, _ = make_method(ML100K + ["method=fedrec", "method.rho=1", "method.audit=true"], base=[])
-    first = round_of(method).train_round(0).extra
-    assert first["audit_round_recall"] == 1.0
-    assert abs(first["audit_round_precision"] - 0.5) < 0.01
-    for r in range(1, 5):
-        last = round_of(method).train_round(r).extra
-    assert last["audit_intersect_precision"] > 0.95 and last["audit_intersect_recall"] == 1.0
-
-
 @pytest.mark.parametrize("overrides,field", [
     (RATED + ["method=fedrecpp", "method.denoisers=n/1"], "method.denoisers"),
     (RATED + ["method=fedrecpp", "method.denoisers=many"], "method.denoisers"),

@@ -18,6 +18,7 @@ from omegaconf.errors import MissingMandatoryValue
 from fedrun.app.build import build
 from fedrun.app.plan import GROUPS, PRESET_GROUPS, Built, build_run, clear_uploads
 from fedrun.core.interrupts import interrupts_ignored
+from fedrun.data.client_store import ClientStore
 from fedrun.data.files import data_dir
 from fedrun.errors import ConfigError, FedrunError
 from fedrun.eval.floor import at_or_below, floor_metrics
@@ -145,9 +146,9 @@ def finish(cfg: DictConfig, b: Built, result: RunResult, floor: dict[str, dict[s
         for path in written:
             tracker.log_artifact(path)
 
-    audit = b.plan.audit.score(b.env.train) if b.plan.audit.active else {}  # the truth, read only now
+    audit = audit_scores(b)  # the truth, read only now
     if audit:
-        print("audit (an honest-but-curious server, from upload ids): " + ", ".join(
+        print("audit (an honest-but-curious server's inference attacks): " + ", ".join(
             f"{name[len('audit_'):]} {value:.4f}" for name, value in audit.items()), flush=True)
     failures: list[TrackingError] = []
     steps = (lambda: log_final(tracker, result), lambda: tracker.log_metrics(audit, step=result.rounds),
@@ -194,6 +195,13 @@ def floor_columns(b: Built, result: RunResult, valid_floor: dict[str, float]) ->
                     "nothing a count could not (a bug, too few rounds or a bad default, never a result)",
                     metric, result.test[metric], kind, floor[metric])
     return {f"floor ({kind})": floor, **({"valid floor": valid_floor} if valid_floor and result.valid else {})}
+
+
+def audit_scores(b: Built) -> dict[str, float]:
+    """The audit's attacks scored against the clients' training and test interactions (read only now)."""
+    if not b.plan.audit.active:
+        return {}
+    return b.plan.audit.score(b.env.train, ClientStore.from_interactions(b.env.split.test, b.env.device))
 
 
 def record_floor(b: Built, result: RunResult, floor: dict[str, dict[str, float]], tracker: Tracker) -> None:

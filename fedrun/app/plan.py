@@ -157,7 +157,7 @@ def build_run(cfg: DictConfig) -> Built:
     method = build(cfg.method, "method", Method, env=env)
     trainer = trainer_for(method, p.privacy, p.attack, p.defense, p.sim, p.world)
     if p.audit.active and isinstance(trainer, FederatedRound):  # (plan refused an audit of a centralized method)
-        p.audit.start(split.n_users, split.n_items, env.device)
+        p.audit.start(split.n_users, split.n_items, env.backbone, env.device)
         trainer.audit_uploads(p.audit)
     evaluator = build(cfg.eval, "eval", Evaluator, split=split, device=env.device,
                       rating=p.backbone.rating_model, bytes_per_pair=p.backbone.full_score_bytes_per_pair())

@@ -1,94 +1,80 @@
-"""Rated-set inference from upload ids (issue #65, attack 1): an honest-but-curious server guesses each client's
-training items from which item rows it uploads.
-
-The server's view is the (client, item) pairs of the rows it receives. The auditor counts, per client, the rounds it
-took part in (``rounds[u]``) and the rounds in which it uploaded each item (``count[u, i]``). From those counts alone:
-  - **round**: every item a client uploads in a round is one of its items. Precision and recall are pooled over every
-    (client, round): Σ count·[i ∈ I_u] / Σ count and Σ count·[i ∈ I_u] / Σ rounds[u]·|I_u|;
-  - **intersect**: the items a client uploaded in *every* round it took part in (``count == rounds``). Items it
-    holds are uploaded each time, while sampled or filler items are redrawn (FedRec's ρ, pseudo items). So the
-    intersection shrinks towards I_u as the client's rounds accumulate;
-  - **AUC**: the score of item i for client u is count[u, i] / rounds[u] (0 for items it never uploaded). The AUC is
-    that of the client's items against the others, per client with ties counted half, averaged over the clients.
-
-The baseline is the base rate Σ|I_u| / (clients × |I|), the precision of guessing items at random (and an AUC of
-0.5). For FedAvg the round guess is exact up to its negatives: a client uploads the rows of its positives and
-sampled negatives. The truth (the training items) is read only by ``score``.
+"""An honest-but-curious server's inference attacks on what it receives (issue #65), each scored at the end of the
+run against the clients' training data, each beside its baseline:
+  - ``rated_set`` (``fedrun.audit.rated_set``): the clients' items from the ids of the item rows they upload —
+    precision, recall and AUC against the base rate;
+  - ``shared`` (``fedrun.audit.shared``): the clients' items from the user vectors they share (FedCL, FedGNN,
+    PerFedRec(++)) ranked under the public model — recall@K against popularity;
+  - ``ratings`` (``fedrun.audit.ratings``): explicit ratings from consecutive real-valued MF gradients (FedMF's
+    attack, LightFR Eq. 22–23) — MAE against predicting the mean.
+An attack runs where the server receives what it needs: a method that shares no user vectors gives ``shared``
+nothing to see, and one whose uploads are not explicit-MF gradients (``ServerView.mf_step``) nothing to solve.
+Where the protocol hides the upload values (ciphertexts) the value attacks see nothing (``audit_values_hidden``);
+where it hides which items were rated (FedMF's FullText), the id guess is every item: the base rate, AUC 0.5.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from fedrun.audit.base import Auditor
+from fedrun.audit.base import Auditor, ServerView
+from fedrun.audit.rated_set import RatedSetInference
+from fedrun.audit.ratings import MFRatingInference
+from fedrun.audit.shared import SharedEmbeddingInference
+from fedrun.backbone.base import Backbone
 from fedrun.data.client_store import ClientStore
-from fedrun.data.negatives import contains
-from fedrun.types import RoundContext, Uploads
+from fedrun.errors import check, check_choice
+from fedrun.types import EmbeddingUploads, RoundContext, Uploads
+
+ATTACKS = ("rated_set", "shared", "ratings")
 
 
 @dataclass
 class ServerAuditConfig:
-    pass
+    attacks: list[str] = field(default_factory=lambda: list(ATTACKS))  # which of the attacks run
+    k: int = 20  # the shared-vector guess: the top K items
+
+    def __post_init__(self) -> None:
+        for name in self.attacks:
+            check_choice("audit.attacks", name, ATTACKS)
+        check(self.k >= 1, "audit.k", self.k, "an integer >= 1")
 
 
 class ServerAudit(Auditor):
     Config = ServerAuditConfig
+    config: ServerAuditConfig
 
-    def start(self, n_users: int, n_items: int, device: torch.device) -> None:
-        self.n_items = n_items
-        self.rounds = torch.zeros(n_users, dtype=torch.int64, device=device)  # [U] rounds each client took part in
-        self.keys = torch.zeros(0, dtype=torch.int64, device=device)  # [K] sorted user * n_items + item uploaded
-        self.counts = torch.zeros(0, dtype=torch.int64, device=device)  # [K] rounds in which it was uploaded
+    def start(self, n_users: int, n_items: int, backbone: Backbone, device: torch.device) -> None:
+        attacks = self.config.attacks
+        check(self.config.k <= n_items, "audit.k", self.config.k, f"at most the catalogue's {n_items} items")
+        self.rated_set = RatedSetInference(n_users, n_items, device) if "rated_set" in attacks else None
+        self.shared = (SharedEmbeddingInference(n_users, n_items, self.config.k, backbone, device)
+                       if "shared" in attacks else None)
+        self.ratings = (MFRatingInference(n_users, n_items, backbone.config.dim, device)
+                        if "ratings" in attacks else None)
+        self.ids_hidden = self.values_hidden = False
 
-    def observe(self, uploads: Uploads, senders: torch.Tensor, ctx: RoundContext) -> None:
-        self.rounds[senders] += 1  # a round's senders are distinct clients
-        keys = torch.unique(senders[uploads.row_client] * self.n_items + uploads.row_item)  # a row once per round
-        merged, slot = torch.unique(torch.cat([self.keys, keys]), return_inverse=True)
-        counts = torch.zeros_like(merged).index_add_(0, slot, torch.cat([self.counts, torch.ones_like(keys)]))
-        self.keys, self.counts = merged, counts
+    def observe_shared(self, shared: EmbeddingUploads, view: ServerView, ctx: RoundContext) -> None:
+        if self.shared is not None:
+            self.shared.observe(shared, view.public)
 
-    def score(self, truth: ClientStore) -> dict[str, float]:
-        users = torch.nonzero(self.rounds > 0).squeeze(1)  # [C] the clients the server has seen
-        if users.numel() == 0:
-            return {}
-        held = truth.sizes().to(self.rounds.device)[users]  # [C] |I_u|
-        rows, _, items, _ = truth.flat(users)
-        true_keys = torch.sort(users[rows] * self.n_items + items).values  # the truth: read here only
-        positive = contains(true_keys, self.keys)  # [K] an uploaded (client, item) is one of its items
-        owner = self.keys // self.n_items
-        hits = (self.counts * positive).sum()
-        every_round = self.counts == self.rounds[owner]
-        intersect_hits = (every_round & positive).sum()
-        return {
-            "audit_clients": float(users.numel()),
-            "audit_base_rate": float(held.sum()) / (users.numel() * self.n_items),
-            "audit_round_precision": float(hits) / max(float(self.counts.sum()), 1.0),
-            "audit_round_recall": float(hits) / max(float((self.rounds[users] * held).sum()), 1.0),
-            "audit_intersect_precision": float(intersect_hits) / max(float(every_round.sum()), 1.0),
-            "audit_intersect_recall": float(intersect_hits) / max(float(held.sum()), 1.0),
-            "audit_auc": self.auc(users, held, owner, positive),
-        }
+    def observe(self, uploads: Uploads, senders: torch.Tensor, view: ServerView, ctx: RoundContext) -> None:
+        self.ids_hidden |= view.hidden_ids is not None
+        self.values_hidden |= view.hidden_values is not None
+        if self.rated_set is not None:
+            self.rated_set.observe(uploads, senders)
+        if self.ratings is not None and view.mf_step is not None and view.hidden_values is None:
+            self.ratings.observe(uploads, senders, view.public.item, view.mf_step)
 
-    def auc(self, users: torch.Tensor, held: torch.Tensor, owner: torch.Tensor, positive: torch.Tensor) -> float:
-        """Mean over clients of the AUC of score count / rounds, items never uploaded scoring 0 (ties: half)."""
-        n_users = self.rounds.numel()
-        n_pos = torch.zeros(n_users, dtype=torch.float64, device=owner.device)
-        n_pos[users] = held.double()
-        n_neg = self.n_items - n_pos
-        width = int(self.counts.max()) + 2 if self.counts.numel() else 2
-        neg_keys = torch.sort(owner[~positive] * width + self.counts[~positive]).values  # [N] sorted (user, count)
-        neg_seen = torch.bincount(owner[~positive], minlength=n_users).double()  # [U] negatives uploaded
-        pos_seen = torch.bincount(owner[positive], minlength=n_users).double()
-        zero_neg = n_neg - neg_seen  # negatives never uploaded: score 0
-        key = owner[positive] * width + self.counts[positive]  # [P] each uploaded positive's (user, count)
-        first = torch.searchsorted(neg_keys, owner[positive] * width)  # the user's first negative
-        below = torch.searchsorted(neg_keys, key) - first  # uploaded negatives with a lower count
-        tied = torch.searchsorted(neg_keys, key, right=True) - first - below
-        wins = torch.zeros(n_users, dtype=torch.float64, device=owner.device)
-        wins.index_add_(0, owner[positive], (zero_neg[owner[positive]] + below.double() + 0.5 * tied.double()))
-        wins += (n_pos - pos_seen) * 0.5 * zero_neg  # positives never uploaded tie with the negatives never uploaded
-        valid = (n_pos[users] > 0) & (n_neg[users] > 0)
-        per_user = wins[users][valid] / (n_pos[users][valid] * n_neg[users][valid])
-        return float(per_user.mean()) if per_user.numel() else float("nan")
+    def score(self, truth: ClientStore, held_out: ClientStore | None = None) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        if self.rated_set is not None:
+            metrics.update(self.rated_set.score(truth, blind=self.ids_hidden))
+        if self.shared is not None:
+            metrics.update(self.shared.score(truth, held_out))
+        if self.ratings is not None and self.ratings.inferred_keys.numel():
+            metrics.update(self.ratings.score(truth))
+        if self.values_hidden:
+            metrics["audit_values_hidden"] = 1.0
+        return metrics

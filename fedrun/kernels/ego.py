@@ -188,11 +188,11 @@ class EgoProtocol:
         self.directory: NeighborDirectory | None = None
         self.restored: torch.Tensor | None = None  # the directory's shared rows from a checkpoint
 
-    def refresh(self, private_user: torch.Tensor, users: torch.Tensor, round_index: int, privatize: Privatize) -> int:
+    def refresh(self, private_user: torch.Tensor, users: torch.Tensor, round_index: int,
+                privatize: Privatize) -> EmbeddingUploads:
         """Each of the round's clients ``users`` [B] uploads its row of ``private_user`` [U, d] (the
         clients' side) through ``privatize`` (the run's privacy mechanism for embeddings); before the
-        first round every client registers (its item ids and its row). Returns the bytes one
-        refreshing client sends."""
+        first round every client registers (its item ids and its row). Returns the round's uploads."""
         device = private_user.device
         if self.directory is None:
             everyone = torch.arange(self.store.n_users, device=device)
@@ -202,8 +202,9 @@ class EgoProtocol:
             self.directory = NeighborDirectory(ItemIdUploads(owner, items), self.store.n_users, self.n_items,
                                                EmbeddingUploads(everyone, shared))
         gen = generator(self.seed, "embedding-privacy", round_index, device)
-        self.directory.receive(EmbeddingUploads(users, privatize(private_user[users], gen)))
-        return private_user.shape[1] * private_user.element_size()
+        uploads = EmbeddingUploads(users, privatize(private_user[users], gen))
+        self.directory.receive(uploads)
+        return uploads
 
     def state_dict(self) -> dict:
         return {} if self.directory is None else {"shared": self.directory.shared}

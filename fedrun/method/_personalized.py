@@ -8,6 +8,7 @@ where ``fedrun info method=<option>`` shows them.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar, cast
 
@@ -216,7 +217,7 @@ class PersonalizedMethod(FederatedMethod):
             return exchange
         sizes = self.clusters.sizes(self.round_clients()).float()
         metrics = {"cluster_size_min": float(sizes.min()), "cluster_size_max": float(sizes.max())}
-        return Exchange(exchange.sent, exchange.bytes_up, exchange.bytes_down, {**exchange.metrics, **metrics})
+        return dataclasses.replace(exchange, metrics={**exchange.metrics, **metrics})
 
     def shared_embeddings(self) -> torch.Tensor:
         """[U, d] the embeddings the clients share (protected, FedGNN §3.3): what the server clusters."""

@@ -1,11 +1,11 @@
 """FedRec's client step on explicit ratings (Lin et al. 2020, as FedRec++ restates it: Eq. 1–3, 7), a module
 the rating methods compose: FedRec (hybrid filling), FedRec++ (the same step, denoised) and FedMF (ρ = 0).
 
-  - ``RatingConfig``: γ and its decay, ρ, the virtual-rating schedule, the upload audit;
+  - ``RatingConfig``: γ and its decay, ρ, the virtual-rating schedule;
   - ``RatingStep``: the round's problems (rated items plus ⌊ρ|I_u|⌋ sampled unrated ones per client)
     and Alg. 2 lines 1–10 in closed form (PMF's squared loss), vectorized over a bucket;
-  - ``communication``: the traffic of rows uploaded, in the paper's unit (latent vectors) and bytes;
-  - ``upload_audit``: with ``audit=true``, what the server guesses of the rated items from the upload ids.
+  - ``communication``: the traffic of rows uploaded, in the paper's unit (latent vectors) and bytes.
+What the server can infer from the uploads is measured by the audit group (``audit=server``, ``fedrun.audit``).
 
 Open points (the options' docstrings restate them): the item gradients use U_u after its step (the order
 of Alg. 2, lines 5–8); U'_u also steps with γ_t; |I'_u| = ⌊ρ|I_u|⌋, capped at the client's unrated items;
@@ -28,7 +28,6 @@ from fedrun.kernels.batching import LocalProblem, local_problem
 from fedrun.kernels.env import RunEnv
 from fedrun.kernels.local import slot_rows
 from fedrun.method.client import Client, ClientResult, ModelView
-from fedrun.privacy.audit import MembershipAudit
 from fedrun.types import ClientBatch, Uploads
 
 # the settings a rating method never reads (``Method.unread``)
@@ -42,7 +41,6 @@ class RatingConfig:
     rho: float = 0.0  # ρ: sampled unrated items per rated item
     t_predict: int = 10  # iterations with the user's mean as virtual rating before predicting (Eq. 1)
     t_local: int = 10  # local steps training the copy U'_u that predicts virtual ratings
-    audit: bool = False  # log how well the server can guess rated items from uploaded ids
 
     def __post_init__(self) -> None:
         check_positive("lr", self.lr)
@@ -171,10 +169,3 @@ def communication(uploads: Uploads) -> dict[str, float]:
     row_bytes = uploads.row_delta.shape[1] * uploads.row_delta.element_size() + 4
     return dict(comm_vectors_ordinary=vectors, comm_vectors_client=vectors,
                 comm_bytes_ordinary=vectors * row_bytes, comm_bytes_client=vectors * row_bytes)
-
-
-def upload_audit(config: RatingConfig, env: RunEnv) -> MembershipAudit | None:
-    """With ``audit=true``, the server-side guess of each client's rated items from the ids it uploads."""
-    if not config.audit:
-        return None
-    return MembershipAudit(env.train.sorted_keys(), env.train.sizes(), env.n_items)

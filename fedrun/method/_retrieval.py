@@ -283,7 +283,8 @@ class RetrievalMethod(FederatedMethod):
         epsilon = privacy.epsilon_per_upload(embeddings.vectors.shape[1])
         if epsilon is not None and "user_embedding" in privacy.targets:
             metrics["epsilon_spent_max"] = float(self.embedding_uploads.max()) * epsilon
-        return Exchange(hard, embeddings.nbytes_per_client(), 4.0 * self.client.n_semi, metrics)  # T int32 item ids
+        return Exchange(hard, embeddings.nbytes_per_client(), 4.0 * self.client.n_semi, metrics,  # T int32 item ids
+                        shared=embeddings)
 
     # -- FedSGD fast path ------------------------------------------------------------------------
     def fast_round(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None, rule: Defense):

@@ -37,7 +37,7 @@ from fedrun.method._pseudo import PairPerturbationConfig, perturb_round
 from fedrun.method._training import LocalTraining, LocalTrainingConfig
 from fedrun.method.context import context_for
 from fedrun.privacy.base import Privacy
-from fedrun.types import ClientBatch, RoundContext, Uploads
+from fedrun.types import ClientBatch, EmbeddingUploads, RoundContext, Uploads
 
 
 class ModelView(Protocol):
@@ -71,12 +71,14 @@ class ClientResult:
 @dataclass(frozen=True)
 class Exchange:
     """What the server sends the round's clients before they train (e.g. FedCL's semi-hard
-    negatives, [B, T]), what that exchange cost per client, and metrics it reports."""
+    negatives, [B, T]), what that exchange cost per client, and metrics it reports; ``shared``: the
+    user vectors the clients sent the server in it (FedCL's, a graph's), as the server received them."""
 
     sent: torch.Tensor | None = None
     bytes_up: float = 0.0
     bytes_down: float = 0.0
     metrics: dict[str, float] = field(default_factory=dict)
+    shared: EmbeddingUploads | None = None
 
 
 class Client:
@@ -102,8 +104,8 @@ class Client:
     def exchange(self, users: torch.Tensor, round_index: int, privacy: Privacy) -> Exchange:
         """The clients' part of the protocol step before local training (``privacy`` protects what they send
         in it): the user context's (a graph's clients refresh the embeddings they share), none for the others."""
-        bytes_up = self.context.exchange(self.private.user, users, round_index, privacy)
-        return Exchange() if bytes_up is None else Exchange(bytes_up=bytes_up)
+        shared = self.context.exchange(self.private.user, users, round_index, privacy)
+        return Exchange() if shared is None else Exchange(bytes_up=shared.nbytes_per_client(), shared=shared)
 
     def problems(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None) -> list[LocalProblem]:
         """The round's buckets of local problems (``sent``: what the exchange gave the clients)."""

@@ -28,7 +28,7 @@ from fedrun.kernels.batching import LocalProblem
 from fedrun.kernels.ego import EgoProtocol
 from fedrun.kernels.env import RunEnv
 from fedrun.privacy.base import Privacy
-from fedrun.types import ClientBatch
+from fedrun.types import ClientBatch, EmbeddingUploads
 
 
 class UserContext:
@@ -60,8 +60,8 @@ class UserContext:
         return batch
 
     def exchange(self, private_user: torch.Tensor, users: torch.Tensor, round_index: int,
-                 privacy: Privacy) -> float | None:
-        """The context's step before local training → bytes each of the round's ``users`` sends; None: none."""
+                 privacy: Privacy) -> EmbeddingUploads | None:
+        """The context's step before local training → the user vectors the round's ``users`` send; None: none."""
         return None
 
     def attach(self, problems: list[LocalProblem], round_index: int, sent: torch.Tensor | None) -> list[LocalProblem]:
@@ -172,8 +172,8 @@ class GraphContext(UserContext):
         return self._tables
 
     def exchange(self, private_user: torch.Tensor, users: torch.Tensor, round_index: int,
-                 privacy: Privacy) -> float | None:
-        return float(self.ego.refresh(private_user, users, round_index, privacy.privatize_embeddings))
+                 privacy: Privacy) -> EmbeddingUploads | None:
+        return self.ego.refresh(private_user, users, round_index, privacy.privatize_embeddings)
 
     def attach(self, problems: list[LocalProblem], round_index: int, sent: torch.Tensor | None) -> list[LocalProblem]:
         return [self.ego.attach(problem, round_index, sent) for problem in problems]

@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Sequence
 
 import torch
 
+from fedrun.audit.base import ServerView
 from fedrun.backbone.base import PrivateParams, PublicParams
 from fedrun.core.seeding import generator
 from fedrun.data.client_store import ClientStore
@@ -159,6 +160,12 @@ class FederatedMethod(Method):
     def reducer(self) -> RowReducer:
         """How the round's exact sum is computed (``Needs.exact_sum`` methods; FedMF: a Paillier sum)."""
         return LOCAL
+
+    def server_view(self, ctx: RoundContext) -> ServerView:
+        """What the server reads of the round besides the senders' ids (what an audit sees): the public model the
+        clients downloaded; by default the uploads' ids and values are in the clear, and they are not explicit-MF
+        gradients (FedMF and FedRec say so: ``MFStep``)."""
+        return ServerView(self.public)
 
     def observe_uploads(self, uploads: Uploads, senders: torch.Tensor, ctx: RoundContext) -> dict[str, float]:
         """Server side: statistics of the benign uploads (``senders[c]``: the user id of upload client

@@ -13,7 +13,9 @@ Server: Enc(V) ← Enc(V) − Σ_u Enc(G_u) — a sum of ciphertexts (Alg. 1), n
 the server adds ciphertexts, the clients decrypt the sums (``fedrun.privacy.paillier``); tests
 show it equal to the plaintext computation. It costs ~1.5 ms per value at l = 1024 bits, so
 real datasets run ``encryption=plaintext``, the same sums in the clear, and log the measured
-cost: seconds of encryption per client per round and the ciphertext bytes each way.
+cost: seconds of encryption per client per round and the ciphertext bytes each way. ``encryption=none``
+is the plain federated MF that Chai §3.1 attacks: the gradients travel in the clear (an audit's baseline:
+the server infers the ratings from two consecutive uploads, ``fedrun.audit.ratings``).
 
 ``mode``: ``part`` (PartText, Chai §3.2) uploads the rated items' rows with their ids — the ids
 tell the server which items the user rated; ``full`` (FullText) uploads a row for every item, zeros
@@ -31,11 +33,12 @@ from dataclasses import dataclass
 
 import torch
 
+from fedrun.audit.base import MFStep, ServerView
 from fedrun.backbone.base import PublicParams
 from fedrun.errors import check, check_choice
 from fedrun.kernels.rows import LOCAL, RowReducer
 from fedrun.kernels.server_opt import ServerOptimizerConfig
-from fedrun.method._rating import UNREAD, RatingClient, RatingConfig, upload_audit
+from fedrun.method._rating import UNREAD, RatingClient, RatingConfig
 from fedrun.method.federated import FederatedMethod, Needs, Traffic
 from fedrun.method.rating_scale import require_rating_model
 from fedrun.method.server import OptimizerServer, Server
@@ -48,14 +51,14 @@ class FedMFConfig(RatingConfig):
     lr: float = 0.01  # γ (Chai et al. give none for these datasets; chosen on FilmTrust validation)
     lr_decay: float = 1.0  # constant γ
     mode: str = "part"  # part (PartText: rated items only) | full (FullText: every item, zeros unrated)
-    encryption: str = "plaintext"  # plaintext (same sums, cost measured) | paillier (real, small data)
+    encryption: str = "plaintext"  # plaintext (same sums, cost measured) | paillier (real, small data) | none
     key_length: int = 1024  # l, bits of the Paillier modulus [LightFR Table 4]
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check(self.rho == 0, "rho", self.rho, "0: FedMF fills no virtual ratings (hybrid filling is method=fedrec)")
         check_choice("mode", self.mode, ("part", "full"))
-        check_choice("encryption", self.encryption, ("plaintext", "paillier"))
+        check_choice("encryption", self.encryption, ("plaintext", "paillier", "none"))
         check(self.key_length >= 128 and self.key_length % 8 == 0, "key_length", self.key_length,
               "a multiple of 8 of at least 128 bits (FedMF: 1024)")
 
@@ -64,11 +67,11 @@ class FedMF(FederatedMethod):
     Config = FedMFConfig
     unread = UNREAD
     client_program = RatingClient  # FedRec's client step with ρ = 0 (``fedrun.method._rating``)
+    client: RatingClient
 
     def __init__(self, config: FedMFConfig, env):
         require_rating_model(env, "fedmf")
         super().__init__(config, env)
-        self.audit = upload_audit(config, env)
         self.keys = PaillierKeys(config.key_length)  # held by the clients
         self.encryption_seconds = self.keys.seconds_per_encryption()
 
@@ -87,7 +90,7 @@ class FedMF(FederatedMethod):
     def reducer(self) -> RowReducer:
         """``encryption=paillier``: the round's sum is computed on ciphertexts (clients encrypt, the
         server adds, clients decrypt); ``plaintext``: the same sums in the clear."""
-        if self.config.encryption == "plaintext":
+        if self.config.encryption in ("plaintext", "none"):
             return LOCAL
         return PaillierSum(self.keys, self.env.n_items if self.config.mode == "full" else None)
 
@@ -99,16 +102,24 @@ class FedMF(FederatedMethod):
         return torch.bincount(uploads.row_client, minlength=uploads.n_clients).double() * d
 
     # -- server side and accounting ----------------------------------------------------------
-    def observe_uploads(self, uploads: Uploads, senders: torch.Tensor, ctx: RoundContext) -> dict[str, float]:
-        """With ``audit=true``: what the server can guess from the item ids (PartText uploads them); FedMF's
-        traffic is the ciphertexts (``traffic``)."""
-        return {} if self.audit is None else self.audit.observe(senders, uploads)
+    def server_view(self, ctx: RoundContext) -> ServerView:
+        """Encrypted (``plaintext`` stands for the ciphertexts too), the server reads no upload value, and with
+        FullText not even which items were rated; ``encryption=none`` sends the gradients in the clear."""
+        encrypted = self.config.encryption != "none"
+        hidden_values = f"ciphertexts (encryption={self.config.encryption})" if encrypted else None
+        hidden_ids = "FullText uploads a row for every item" if encrypted and self.config.mode == "full" else None
+        step = MFStep(self.client.rating.lr_at(ctx.round), self.env.backbone.config.l2)
+        return ServerView(self.public, hidden_ids, hidden_values, step)
 
     def traffic(self, rows: torch.Tensor, uploads: Uploads | None) -> Traffic:
-        """The round's traffic is the ciphertexts (and ids in PartText), not the float32 rows."""
+        """The round's traffic is the ciphertexts (and ids in PartText), not the float32 rows; ``encryption=none``:
+        the float32 values."""
         if uploads is None:
             raise RuntimeError("FedMF has no fast path: its round always builds the uploads it encrypts")
         values = self.values_per_client(uploads)
+        if self.config.encryption == "none":
+            ids = 0.0 if self.config.mode == "full" else 4.0 * values.mean() / uploads.row_delta.shape[1]
+            return Traffic(4.0 * float(values.mean()) + float(ids), 4.0 * self.public.item.numel())
         cipher = ciphertext_bytes(self.config.key_length)
         ids = 0.0 if self.config.mode == "full" else 4.0 * values.mean() / uploads.row_delta.shape[1]
         return Traffic(float(values.mean()) * cipher + float(ids), float(self.public.item.numel() * cipher),

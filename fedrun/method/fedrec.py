@@ -25,9 +25,10 @@ from dataclasses import dataclass
 
 import torch
 
+from fedrun.audit.base import MFStep, ServerView
 from fedrun.backbone.base import PublicParams
 from fedrun.kernels.server_opt import ServerOptimizerConfig
-from fedrun.method._rating import UNREAD, RatingClient, RatingConfig, communication, upload_audit
+from fedrun.method._rating import UNREAD, RatingClient, RatingConfig, communication
 from fedrun.method.federated import FederatedMethod
 from fedrun.method.rating_scale import require_rating_model
 from fedrun.method.server import OptimizerServer, Server
@@ -43,11 +44,11 @@ class FedRec(FederatedMethod):
     Config = FedRecConfig
     unread = UNREAD
     client_program = RatingClient  # FedRec's client step (``fedrun.method._rating``)
+    client: RatingClient
 
     def __init__(self, config: FedRecConfig, env):
         require_rating_model(env, "fedrec")
         super().__init__(config, env)
-        self.audit = upload_audit(config, env)
 
     def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> Server:
         return OptimizerServer(public, ServerOptimizerConfig("sgd", 1.0))  # deltas already carry −γ_t
@@ -56,10 +57,10 @@ class FedRec(FederatedMethod):
         return {"lr_schedule": f"{self.config.lr}*{self.config.lr_decay}^round"}
 
     # -- server side -----------------------------------------------------------------------
+    def server_view(self, ctx: RoundContext) -> ServerView:
+        """The uploads are explicit-MF gradients at the round's γ_t (Eq. 3), the sampled items' included."""
+        return ServerView(self.public, mf_step=MFStep(self.client.rating.lr_at(ctx.round), self.env.backbone.config.l2))
+
     def observe_uploads(self, uploads: Uploads, senders: torch.Tensor, ctx: RoundContext) -> dict[str, float]:
-        """With ``audit=true``: what the server can guess from the item ids of the uploads (``senders`` [B] in
-        upload order); and the traffic in latent vectors (the paper's unit)."""
-        metrics = communication(uploads)
-        if self.audit is not None:
-            metrics.update(self.audit.observe(senders, uploads))
-        return metrics
+        """The traffic in latent vectors (the paper's unit)."""
+        return communication(uploads)

@@ -45,7 +45,7 @@ from fedrun.kernels.guards import check_finite
 from fedrun.kernels.rows import sum_by_key
 from fedrun.kernels.server_opt import ServerOptimizerConfig
 from fedrun.method._channel import AnonymousChannel
-from fedrun.method._rating import UNREAD, RatingClient, RatingConfig, RatingProblem, communication, upload_audit
+from fedrun.method._rating import UNREAD, RatingClient, RatingConfig, RatingProblem, communication
 from fedrun.method.client import ClientResult, ModelView
 from fedrun.method.federated import FederatedMethod, Needs
 from fedrun.method.rating_scale import require_rating_model
@@ -198,7 +198,6 @@ class FedRecPP(FederatedMethod):
         self.role = torch.full((env.n_users,), -1, dtype=torch.int64, device=env.device)  # denoiser index or −1
         self.role[clients[order[: self.n_denoisers]]] = torch.arange(self.n_denoisers, device=env.device)
         super().__init__(config, env)
-        self.audit = upload_audit(config, env)
 
     @classmethod
     def needs(cls, config: FedRecPPConfig) -> Needs:
@@ -216,9 +215,5 @@ class FedRecPP(FederatedMethod):
 
     # -- server side -----------------------------------------------------------------------------
     def observe_uploads(self, uploads: Uploads, senders: torch.Tensor, ctx: RoundContext) -> dict[str, float]:
-        """With ``audit=true``: what the server can guess from the item ids of the ordinary clients' uploads
-        (denoisers upload only Eq. 9 sums, after collecting); the traffic, unless the relay counts it."""
-        metrics = communication(uploads) if self.n_denoisers == 0 else {}
-        if self.audit is not None:
-            metrics.update(self.audit.observe(senders, uploads, audited=self.role[senders] < 0))
-        return metrics
+        """The traffic, unless the relay counts it."""
+        return communication(uploads) if self.n_denoisers == 0 else {}

@@ -28,6 +28,7 @@ The pre-training rounds' loss is Eq. 4 alone: ``backbone.l2`` enters the fine-tu
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar, cast
 
@@ -130,8 +131,8 @@ class PerFedRecPP(PersonalizedMethod):
         gen = generator(self.env.sim.seed, "pretrain-negatives", round_index)
         chosen = torch.randperm(shared.shape[0], generator=gen)[:count].to(shared.device)
         rows = shared[chosen]  # [S, d]
-        return Exchange(rows, exchange.bytes_up, exchange.bytes_down + rows.numel() * rows.element_size(),
-                        exchange.metrics)
+        return dataclasses.replace(exchange, sent=rows,
+                                   bytes_down=exchange.bytes_down + rows.numel() * rows.element_size())
 
 
 def noise_injection(owner: torch.Tensor, key: torch.Tensor, seed: int, view: int, norm: float):

@@ -99,6 +99,8 @@ class FederatedRound:
                            last_of_epoch=(round_index + 1) % per_epoch == 0)
         # 2. download the model view; the method's exchange before local training
         exchange = method.exchange(users, round_index, self.privacy)
+        if exchange.shared is not None and self.audit.active:
+            self.audit.observe_shared(exchange.shared, method.server_view(ctx), ctx)  # what the server received
         fast = method.fast_round(users, round_index, exchange.sent, self.defense) if self.uses_fast_path else None
         extra = dict(exchange.metrics)
         if fast is not None:  # steps 3–8 as one pass
@@ -128,7 +130,8 @@ class FederatedRound:
             check_uploads(uploads, method.upload_schema(), round_index, f"the client step ({type(method).__name__})")
             extra.update(method.observe_uploads(benign, senders, ctx))
             extra.update(self.account_epsilon(benign, senders))
-            self.audit.observe(benign, senders, ctx)  # what the server received of the benign clients
+            if self.audit.active:  # what the server received of the benign clients
+                self.audit.observe(benign, senders, method.server_view(ctx), ctx)
             # 8. the one aggregation path
             aggregate = self.aggregate(uploads, senders, ctx)
         check_finite(aggregate.item_delta, f"the aggregate (defense={type(self.defense).__name__})", round_index,
