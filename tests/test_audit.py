@@ -198,6 +198,19 @@ def test_encrypted_fedmf_leaks_no_values_and_fulltext_hides_the_rated_items():
     assert metrics["audit_auc"] == 0.5 and metrics["audit_round_precision"] == metrics["audit_base_rate"]
 
 
+def test_lightfr_grad_uploads_give_every_rating_away_in_one_round_and_para_uploads_none():
+    """LightFR's Agg_grad rows are (R − s)·b_u + α_d·d_i: their signs are the user's code and their size the
+    residual, so one round gives the ratings exactly; Agg_para uploads code copies, which the attack cannot read."""
+    lightfr = ["dataset.ratings=true", "method=lightfr", "sim.clients_per_round=all"]
+    _, env, auditor = audited(lightfr, rounds=1)
+    metrics = auditor.score(env.train)
+    assert metrics["audit_rating_coverage"] == 1.0 and metrics["audit_rating_mae"] < 1e-6
+    _, env, auditor = audited([*lightfr, "method.aggregation=para"], rounds=1)
+    metrics = auditor.score(env.train)
+    assert "audit_rating_mae" not in metrics and "audit_shared_clients" not in metrics
+    assert metrics["audit_intersect_precision"] == 1.0  # the ids still tell the rated items
+
+
 def test_fedrec_hybrid_filling_blurs_the_rating_attack():
     """FedRec's sampled items enter the attacker's system as if rated: the inferred ratings are far from exact."""
     _, env, auditor = audited([*RATED, "method=fedrec", "method.rho=1", "sim.clients_per_round=all"], rounds=3)

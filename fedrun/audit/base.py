@@ -36,6 +36,16 @@ class MFStep:
 
 
 @dataclass(frozen=True)
+class CodeStep:
+    """The public constants of LightFR's Agg_grad upload Δd_i = (R_ui − s_ui) b_u + α_d d_i (Eq. 12, code units,
+    R_ui = f(2r_ui − 1), r_ui the rating min-max scaled over the public range [low, high])."""
+
+    item_self: float  # α_d
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
 class ServerView:
     """What the server reads in a round besides the senders' ids."""
 
@@ -43,6 +53,7 @@ class ServerView:
     hidden_ids: str | None = None  # why the uploads do not tell which items a client holds (FullText), or None
     hidden_values: str | None = None  # why the server cannot read the upload values (ciphertexts), or None
     mf_step: MFStep | None = None  # the client step's constants when its uploads are explicit-MF gradients
+    code_step: CodeStep | None = None  # the constants when they are LightFR's binary-code gradients
 
 
 class Auditor:

@@ -28,21 +28,57 @@ from __future__ import annotations
 
 import torch
 
-from fedrun.audit.base import MFStep
+from fedrun.audit.base import CodeStep, MFStep
 from fedrun.data.client_store import ClientStore
 from fedrun.data.negatives import contains
 from fedrun.types import Uploads
 
 
-class MFRatingInference:
-    def __init__(self, n_users: int, n_items: int, dim: int, device: torch.device):
+class RatingInference:
+    """The inferred ratings (the latest of each client and item) and their score."""
+
+    def __init__(self, n_items: int, device: torch.device):
         self.n_items = n_items
+        self.inferred_keys = torch.zeros(0, dtype=torch.int64, device=device)  # [N] sorted user * n_items + item
+        self.inferred = torch.zeros(0, dtype=torch.float64, device=device)  # [N] the latest inferred r_ui
+
+    def record(self, keys: torch.Tensor, ratings: torch.Tensor) -> None:
+        stale = contains(keys.sort().values, self.inferred_keys) if keys.numel() else None
+        kept_keys = self.inferred_keys if stale is None else self.inferred_keys[~stale]
+        kept = self.inferred if stale is None else self.inferred[~stale]
+        order = torch.argsort(torch.cat([kept_keys, keys]))
+        self.inferred_keys = torch.cat([kept_keys, keys])[order]
+        self.inferred = torch.cat([kept, ratings])[order]
+
+    def score(self, truth: ClientStore) -> dict[str, float]:
+        if truth.ratings is None:
+            return {}
+        users = torch.unique(self.inferred_keys // self.n_items)
+        if users.numel() == 0:
+            return {"audit_rating_coverage": 0.0}
+        rows, _, items, ratings = truth.flat(users.cpu())
+        assert ratings is not None
+        true_keys = (users.cpu()[rows] * self.n_items + items).to(self.inferred_keys.device)
+        order = torch.argsort(true_keys)
+        true_keys, true_ratings = true_keys[order], ratings.to(true_keys.device)[order].double()
+        rated = contains(true_keys, self.inferred_keys)  # inferred pairs that are true ratings
+        slot = torch.searchsorted(true_keys, self.inferred_keys[rated])
+        target = true_ratings[slot]
+        mean = float(truth.ratings.double().mean())
+        return {
+            "audit_rating_mae": float((self.inferred[rated] - target).abs().mean()) if rated.any() else float("nan"),
+            "audit_rating_mean_mae": float((target - mean).abs().mean()) if rated.any() else float("nan"),
+            "audit_rating_coverage": float(rated.sum()) / truth.ratings.numel(),
+        }
+
+
+class MFRatingInference(RatingInference):
+    def __init__(self, n_users: int, n_items: int, dim: int, device: torch.device):
+        super().__init__(n_items, device)
         self.direction = torch.zeros(n_users, dim, dtype=torch.float64, device=device)  # [U, d] w of the last round
         self.keys = torch.zeros(0, dtype=torch.int64, device=device)  # [K] sorted keys of the clients' last rounds
         self.along = torch.zeros(0, dtype=torch.float64, device=device)  # [K] c_i = h_i·w
         self.rows = torch.zeros(0, dim, dtype=torch.float64, device=device)  # [K, d] v_i as the server sent it
-        self.inferred_keys = torch.zeros(0, dtype=torch.int64, device=device)  # [N] sorted
-        self.inferred = torch.zeros(0, dtype=torch.float64, device=device)  # [N] the latest inferred r_ui
 
     @torch.no_grad()
     def observe(self, uploads: Uploads, senders: torch.Tensor, item_table: torch.Tensor, step: MFStep) -> None:
@@ -93,34 +129,29 @@ class MFRatingInference:
         ratings = torch.where(mean[user] < 0, -ratings, ratings)  # the sign of a: ratings are positive
         self.record(keys[found][valid], ratings[valid])
 
-    def record(self, keys: torch.Tensor, ratings: torch.Tensor) -> None:
-        stale = contains(keys.sort().values, self.inferred_keys) if keys.numel() else None
-        kept_keys = self.inferred_keys if stale is None else self.inferred_keys[~stale]
-        kept = self.inferred if stale is None else self.inferred[~stale]
-        order = torch.argsort(torch.cat([kept_keys, keys]))
-        self.inferred_keys = torch.cat([kept_keys, keys])[order]
-        self.inferred = torch.cat([kept, ratings])[order]
 
-    def score(self, truth: ClientStore) -> dict[str, float]:
-        if truth.ratings is None:
-            return {}
-        users = torch.unique(self.inferred_keys // self.n_items)
-        if users.numel() == 0:
-            return {"audit_rating_coverage": 0.0}
-        rows, _, items, ratings = truth.flat(users.cpu())
-        assert ratings is not None
-        true_keys = (users.cpu()[rows] * self.n_items + items).to(self.inferred_keys.device)
-        order = torch.argsort(true_keys)
-        true_keys, true_ratings = true_keys[order], ratings.to(true_keys.device)[order].double()
-        rated = contains(true_keys, self.inferred_keys)  # inferred pairs that are true ratings
-        slot = torch.searchsorted(true_keys, self.inferred_keys[rated])
-        target = true_ratings[slot]
-        mean = float(truth.ratings.double().mean())
-        return {
-            "audit_rating_mae": float((self.inferred[rated] - target).abs().mean()) if rated.any() else float("nan"),
-            "audit_rating_mean_mae": float((target - mean).abs().mean()) if rated.any() else float("nan"),
-            "audit_rating_coverage": float(rated.sum()) / truth.ratings.numel(),
-        }
+class CodeRatingInference(RatingInference):
+    """LightFR's Agg_grad uploads, one round suffices: a client uploads Δd_i = (R_ui − s_ui) b_u + α_d d_i per rated
+    item (Eq. 12, code units), b_u ∈ {±1}^f its private code, s_ui = b_u·d_i, R_ui = f(2r_ui − 1) with r_ui the
+    rating min-max scaled over the training ratings (a public range). The server knows d_i and α_d, so it reads
+    h_i = (R_ui − s_ui) b_u: the signs of any non-zero h_i are ±b_u, and then R_ui − s_ui = h_i·b_u / f and
+    R_ui = (R_ui − s_ui) + b_u·d_i. Flipping b_u flips R_ui; the attacker takes the sign that puts the client's
+    ratings above the middle of the scale on average. LightFR's §3.4.3 argues the binary codes make Eq. 22
+    unsolvable; this inversion needs no Eq. 22."""
+
+    @torch.no_grad()
+    def observe(self, uploads: Uploads, senders: torch.Tensor, item_table: torch.Tensor, step: CodeStep) -> None:
+        owner = senders[uploads.row_client]  # [R]
+        codes = item_table[uploads.row_item].double()  # [R, f] d_i as downloaded
+        h = uploads.row_delta.double() - step.item_self * codes  # [R, f] (R − s) b_u
+        n_users = int(senders.max()) + 1
+        user_code = torch.sign(largest_row_direction(owner, h, n_users))[owner]  # [R, f] ±b_u (0: no signal)
+        bits = h.shape[1]
+        scaled = ((h * user_code).sum(1) / bits + (user_code * codes).sum(1)) / bits  # [R] 2r − 1, up to sign
+        mean = torch.zeros(n_users, dtype=torch.float64, device=h.device).index_add_(0, owner, scaled)
+        scaled = torch.where(mean[owner] < 0, -scaled, scaled)
+        ratings = step.low + (scaled + 1) / 2 * (step.high - step.low)
+        self.record(owner * self.n_items + uploads.row_item, ratings)
 
 
 def largest_row_direction(owner: torch.Tensor, h: torch.Tensor, n_users: int) -> torch.Tensor:

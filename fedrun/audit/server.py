@@ -5,9 +5,11 @@ run against the clients' training data, each beside its baseline:
   - ``shared`` (``fedrun.audit.shared``): the clients' items from the user vectors they share (FedCL, FedGNN,
     PerFedRec(++)) ranked under the public model — recall@K against popularity;
   - ``ratings`` (``fedrun.audit.ratings``): explicit ratings from consecutive real-valued MF gradients (FedMF's
-    attack, LightFR Eq. 22–23) — MAE against predicting the mean.
+    attack, LightFR Eq. 22–23), or from one round of LightFR's binary-code gradients — MAE against predicting the
+    mean.
 An attack runs where the server receives what it needs: a method that shares no user vectors gives ``shared``
-nothing to see, and one whose uploads are not explicit-MF gradients (``ServerView.mf_step``) nothing to solve.
+nothing to see, and one whose uploads are not explicit-MF or binary-code gradients (``ServerView.mf_step``,
+``code_step``) nothing to solve.
 Where the protocol hides the upload values (ciphertexts) the value attacks see nothing (``audit_values_hidden``);
 where it hides which items were rated (FedMF's FullText), the id guess is every item: the base rate, AUC 0.5.
 """
@@ -20,7 +22,7 @@ import torch
 
 from fedrun.audit.base import Auditor, ServerView
 from fedrun.audit.rated_set import RatedSetInference
-from fedrun.audit.ratings import MFRatingInference
+from fedrun.audit.ratings import CodeRatingInference, MFRatingInference
 from fedrun.audit.shared import SharedEmbeddingInference
 from fedrun.backbone.base import Backbone
 from fedrun.data.client_store import ClientStore
@@ -53,6 +55,7 @@ class ServerAudit(Auditor):
                        if "shared" in attacks else None)
         self.ratings = (MFRatingInference(n_users, n_items, backbone.config.dim, device)
                         if "ratings" in attacks else None)
+        self.code_ratings = CodeRatingInference(n_items, device) if "ratings" in attacks else None
         self.ids_hidden = self.values_hidden = False
 
     def observe_shared(self, shared: EmbeddingUploads, view: ServerView, ctx: RoundContext) -> None:
@@ -64,8 +67,12 @@ class ServerAudit(Auditor):
         self.values_hidden |= view.hidden_values is not None
         if self.rated_set is not None:
             self.rated_set.observe(uploads, senders)
-        if self.ratings is not None and view.mf_step is not None and view.hidden_values is None:
+        if view.hidden_values is not None:
+            return
+        if self.ratings is not None and view.mf_step is not None:
             self.ratings.observe(uploads, senders, view.public.item, view.mf_step)
+        if self.code_ratings is not None and view.code_step is not None:
+            self.code_ratings.observe(uploads, senders, view.public.item, view.code_step)
 
     def score(self, truth: ClientStore, held_out: ClientStore | None = None) -> dict[str, float]:
         metrics: dict[str, float] = {}
@@ -73,8 +80,9 @@ class ServerAudit(Auditor):
             metrics.update(self.rated_set.score(truth, blind=self.ids_hidden))
         if self.shared is not None:
             metrics.update(self.shared.score(truth, held_out))
-        if self.ratings is not None and self.ratings.inferred_keys.numel():
-            metrics.update(self.ratings.score(truth))
+        for inference in (self.ratings, self.code_ratings):
+            if inference is not None and inference.inferred_keys.numel():
+                metrics.update(inference.score(truth))
         if self.values_hidden:
             metrics["audit_values_hidden"] = 1.0
         return metrics

@@ -43,6 +43,8 @@ class SharedEmbeddingInference:
         """Recall@K of the clients' training items (``truth``) and of their held-out items (``held_out``: for a
         sequential backbone the shared vector is the next-item query, which points at the items to come)."""
         users = torch.nonzero(self.guess[:, 0] >= 0).squeeze(1)  # [C] the clients whose vector the server has
+        if users.numel() == 0:
+            return {}  # the protocol shares no user vectors
         popular = torch.bincount(truth.items.to(users.device), minlength=self.n_items).topk(self.k).indices  # [K]
         metrics = {"audit_shared_clients": float(users.numel()),
                    f"audit_shared_random_recall_at_{self.k}": self.k / self.n_items}

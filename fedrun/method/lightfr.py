@@ -60,6 +60,7 @@ from typing import cast
 
 import torch
 
+from fedrun.audit.base import CodeStep, ServerView
 from fedrun.backbone.base import PrivateParams, PublicParams
 from fedrun.backbone.binary_mf import BinaryMF
 from fedrun.core.seeding import generator
@@ -295,6 +296,12 @@ class LightFR(FederatedMethod):
 
     def make_server(self, public: PublicParams, statistics: dict[str, torch.Tensor]) -> Server:
         return LightFRServer(public, self.weights, self.config.aggregation)
+
+    def server_view(self, ctx: RoundContext) -> ServerView:
+        """Agg_grad's uploads are Eq. 12's rows (α_d and the rating range are public); Agg_para's are code copies."""
+        if self.config.aggregation != "grad":
+            return ServerView(self.public)
+        return ServerView(self.public, code_step=CodeStep(self.weights.item_self, self.scale.low, self.scale.high))
 
     def make_client(self, private: PrivateParams) -> LightFRClient:
         return LightFRClient(self.config, self.env, private, self.server, self.scale, self.weights, self.cold,
