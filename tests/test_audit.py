@@ -226,3 +226,19 @@ def test_bad_audit_settings_are_named_before_training(override, field):
 
     with pytest.raises(ConfigError, match=field):
         build_run(compose_cfg([*SMALL, "audit=server", override]))
+
+
+def test_the_report_gives_the_audited_runs_leakage_over_seeds_and_leaves_unaudited_runs_out():
+    import pandas as pd
+
+    from fedrun.app.report import audit_section
+
+    def run(seed: int, audit: str, auc: float | None) -> dict:
+        row = {"run_id": f"{audit}{seed}", "status": "FINISHED", "start_time": seed, "param:choices.method": "fedrec",
+               "param:choices.backbone": "pmf", "param:choices.dataset": "ml-100k", "param:choices.audit": audit,
+               "param:sim.seed": str(seed)}
+        return row if auc is None else {**row, "metric:audit_auc": auc}
+
+    section = audit_section(pd.DataFrame([run(1, "server", 0.9), run(2, "server", 0.8), run(1, "none", None)]))
+    assert "| fedrec | pmf      | ml-100k | 2    | 0.8500 ± 0.0707 |" in section
+    assert audit_section(pd.DataFrame([run(1, "none", None)])) == ""

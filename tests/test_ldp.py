@@ -129,3 +129,15 @@ def test_the_epsilon_a_client_spends_on_noised_item_rows_adds_up_over_its_rows_a
         round_stats = rounds.train_round(r)
         assert round_stats.extra["epsilon_item_rows_spent_max"] == pytest.approx(float(spent.max()))
     assert round_stats.extra["epsilon_per_item_row"] == 2.0
+
+
+def test_the_epsilon_a_graph_client_spends_on_its_shared_embedding_counts_registration_and_refreshes():
+    """FedGNN's clients share their protected row once at registration and again in every round they join: with
+    every client in every round, after round r each has spent (r + 2) × the row's ε (2δd/λ per row, L∞ clip)."""
+    from tests.conftest import make_method, round_of
+
+    method, env = make_method(["method=fedgnn", "backbone=lightgcn", "privacy=perfedrecpp/ldp",
+                               "sim.clients_per_round=all"])
+    per_row = 2 * 0.5 * env.backbone.config.dim / 0.1
+    for r in range(2):
+        assert round_of(method).train_round(r).extra["epsilon_spent_max"] == pytest.approx((r + 2) * per_row)

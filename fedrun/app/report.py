@@ -245,6 +245,7 @@ def render(frame: pd.DataFrame, title: str, metrics: list[str], out: Path) -> tu
     if len(presets) == 1 and str(presets[0]).startswith("robustness/"):
         section, made = matrix.render(finished, str(presets[0]), Path(config_dir()), out, matrix_refusals)
         text, files = text + section, files + made
+    text += audit_section(frame)
     if len(superseded):
         lines = [f"- {r.run_id}" for r in superseded.itertuples()]
         text += (f"\n## Reruns superseded by a later run of the same options and seeds ({len(lines)})\n\n"
@@ -258,6 +259,26 @@ def render(frame: pd.DataFrame, title: str, metrics: list[str], out: Path) -> tu
         text += f"\n## Runs that did not finish ({len(failed)})\n\n" + "\n".join(failed_lines) + "\n"
     (out / "report.md").write_text(text)
     return text, files
+
+
+# the audit's headline numbers (``audit=server``), each beside its baseline
+AUDIT_METRICS = ["audit_round_precision", "audit_intersect_precision", "audit_base_rate", "audit_auc",
+                 "audit_shared_recall_at_20", "audit_shared_popularity_recall_at_20",
+                 "audit_shared_heldout_recall_at_20", "audit_shared_heldout_popularity_recall_at_20",
+                 "audit_rating_mae", "audit_rating_mean_mae", "audit_rating_coverage", "epsilon_spent_max",
+                 "epsilon_item_rows_spent_max"]
+
+
+def audit_section(frame: pd.DataFrame) -> str:
+    """The audited runs' leakage, mean ± std over seeds (``audit=server``; empty when no run was audited)."""
+    if "param:choices.audit" not in frame:
+        return ""
+    audited = frame[(frame["param:choices.audit"].astype(str) == "server") & (frame["status"] == "FINISHED")]
+    if audited.empty or not any(f"metric:{m}" in audited.columns for m in AUDIT_METRICS):
+        return ""
+    header, rows = summarize(audited, AUDIT_METRICS)
+    return ("\n## Measured privacy: an honest-but-curious server's attacks (audit=server; docs/privacy.md)\n\n"
+            + markdown(header, rows) + "\n")
 
 
 def unfinished_lines(failed: pd.DataFrame) -> list[str]:

@@ -187,6 +187,8 @@ class EgoProtocol:
         self.store, self.n_items, self.layers, self.cap, self.seed = store, n_items, layers, cap, seed
         self.directory: NeighborDirectory | None = None
         self.restored: torch.Tensor | None = None  # the directory's shared rows from a checkpoint
+        # embeddings each client has shared (registration and refreshes; a resumed run counts from its resume point)
+        self.shared_count = torch.zeros(store.n_users, dtype=torch.int64)
 
     def refresh(self, private_user: torch.Tensor, users: torch.Tensor, round_index: int,
                 privatize: Privatize) -> EmbeddingUploads:
@@ -201,9 +203,11 @@ class EgoProtocol:
             shared = privatize(private_user, first) if self.restored is None else self.restored
             self.directory = NeighborDirectory(ItemIdUploads(owner, items), self.store.n_users, self.n_items,
                                                EmbeddingUploads(everyone, shared))
+            self.shared_count = self.shared_count.to(device) + (1 if self.restored is None else 0)
         gen = generator(self.seed, "embedding-privacy", round_index, device)
         uploads = EmbeddingUploads(users, privatize(private_user[users], gen))
         self.directory.receive(uploads)
+        self.shared_count[users] += 1
         return uploads
 
     def state_dict(self) -> dict:

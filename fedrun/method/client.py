@@ -105,7 +105,9 @@ class Client:
         """The clients' part of the protocol step before local training (``privacy`` protects what they send
         in it): the user context's (a graph's clients refresh the embeddings they share), none for the others."""
         shared = self.context.exchange(self.private.user, users, round_index, privacy)
-        return Exchange() if shared is None else Exchange(bytes_up=shared.nbytes_per_client(), shared=shared)
+        if shared is None:
+            return Exchange()
+        return Exchange(bytes_up=shared.nbytes_per_client(), metrics=self.context.spent(privacy, shared), shared=shared)
 
     def problems(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None) -> list[LocalProblem]:
         """The round's buckets of local problems (``sent``: what the exchange gave the clients)."""

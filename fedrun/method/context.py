@@ -64,6 +64,11 @@ class UserContext:
         """The context's step before local training → the user vectors the round's ``users`` send; None: none."""
         return None
 
+    def spent(self, privacy: Privacy, shared: EmbeddingUploads) -> dict[str, float]:
+        """The ε the clients have spent on the vectors their exchanges shared (basic composition), when the privacy
+        mechanism protects them; none by default."""
+        return {}
+
     def attach(self, problems: list[LocalProblem], round_index: int, sent: torch.Tensor | None) -> list[LocalProblem]:
         """The bucket problems with what the context adds to them (``sent``: what the round's download gave)."""
         return problems
@@ -174,6 +179,13 @@ class GraphContext(UserContext):
     def exchange(self, private_user: torch.Tensor, users: torch.Tensor, round_index: int,
                  privacy: Privacy) -> EmbeddingUploads | None:
         return self.ego.refresh(private_user, users, round_index, privacy.privatize_embeddings)
+
+    def spent(self, privacy: Privacy, shared: EmbeddingUploads) -> dict[str, float]:
+        """Registration and every refresh are separate releases of the client's row: the most any client spent."""
+        epsilon = privacy.epsilon_per_upload(shared.vectors.shape[1])
+        if epsilon is None or "user_embedding" not in privacy.targets:
+            return {}
+        return {"epsilon_spent_max": float(self.ego.shared_count.max()) * epsilon}
 
     def attach(self, problems: list[LocalProblem], round_index: int, sent: torch.Tensor | None) -> list[LocalProblem]:
         return [self.ego.attach(problem, round_index, sent) for problem in problems]
