@@ -170,14 +170,19 @@ def test_a_shared_vector_whose_top_items_are_the_clients_gives_them_all_away_and
     assert noised["audit_shared_random_recall_at_5"] == k / n_items
 
 
-def test_fedcl_shares_its_user_vectors_with_the_server_and_the_audit_receives_them():
-    """FedCL's exchange uploads every sampled client's user embedding: the audit scores every client it saw, and the
-    clients' items rank above chance for their own vectors once the model has trained a little."""
-    _, env, auditor = audited(["method=fedcl", "backbone=mf", "privacy=none", "sim.clients_per_round=all",
-                               "method.n_clusters=4"], rounds=6, k=5)
-    metrics = auditor.score(env.train)
-    assert metrics["audit_shared_clients"] == float(env.clients_with_data().numel())
-    assert metrics["audit_shared_recall_at_5"] > metrics["audit_shared_random_recall_at_5"]
+def test_fedcl_shares_its_user_vectors_with_the_server_and_ldp_noise_hides_what_they_tell():
+    """FedCL's exchange uploads every sampled client's user embedding: the audit scores every client it saw. In the
+    clear, the vector ranks the client's own items far above popularity; under LDP noise of a small ε the guess
+    falls below popularity, to near chance."""
+    fedcl = ["method=fedcl", "backbone=mf", "sim.clients_per_round=all", "method.n_clusters=4"]
+    _, env, auditor = audited([*fedcl, "privacy=none"], rounds=6, k=5)
+    clear = auditor.score(env.train)
+    assert clear["audit_shared_clients"] == float(env.clients_with_data().numel())
+    assert clear["audit_shared_recall_at_5"] > 1.5 * clear["audit_shared_popularity_recall_at_5"]
+    _, env, auditor = audited([*fedcl, "privacy=ldp", "privacy.epsilon=0.01"], rounds=6, k=5)
+    noised = auditor.score(env.train)
+    assert noised["audit_shared_recall_at_5"] < min(noised["audit_shared_popularity_recall_at_5"],
+                                                    2 * noised["audit_shared_random_recall_at_5"])
 
 
 # -- attack 2: rating inference from consecutive MF gradients --------------------------------------------------------

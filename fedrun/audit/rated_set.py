@@ -45,8 +45,8 @@ class RatedSetInference:
         """``blind``: the uploads did not tell which items a client holds (a row for every item, FedMF's FullText),
         so the guess is every item: precision the base rate, recall 1, AUC 0.5."""
         users = torch.nonzero(self.rounds > 0).squeeze(1)  # [C] the clients the server has seen
-        if users.numel() == 0:
-            return {}
+        if users.numel() == 0 or (self.keys.numel() == 0 and not blind):
+            return {}  # no client uploaded an item row: nothing to guess from
         held = truth.sizes().to(self.rounds.device)[users]  # [C] |I_u|
         base_rate = float(held.sum()) / (users.numel() * self.n_items)
         if blind:
