@@ -17,7 +17,7 @@ from fedrun.errors import ConfigError
 from fedrun.types import EmbeddingUploads, Uploads
 from tests.conftest import SMALL, compose_cfg, make_method, needs_data, round_of
 from tests.test_fedrec import ML100K
-from tests.test_privacy_boundary import RATED, Poison, reachable
+from tests.test_privacy_boundary import RATED, SETTINGS, Poison, federated_options, reachable
 
 GENERAL = ["sim.fast_path=off"]
 
@@ -124,6 +124,14 @@ def test_the_auditor_holds_no_client_data_and_observes_with_it_poisoned(override
     held = reachable(auditor)
     client_side = [env.train, env.train.items, env.split, method.client.private, method.client.private.user]
     assert not [c for c in client_side if any(c is obj for obj in held)]
+
+
+def test_an_audit_of_fcf_is_refused_by_its_declared_capability():
+    """FCF's round is one closed-form sum over its clients: no per-client upload exists for an auditor to see."""
+    from fedrun.app.plan import plan
+
+    with pytest.raises(ConfigError, match=r"audit='server' is not allowed: expected none for method=fcf: its server"):
+        plan(compose_cfg([*SMALL, *RATED, "method=fcf", "audit=server"]))
 
 
 def test_an_audit_of_a_centralized_method_is_refused_before_any_data_is_read():
@@ -247,3 +255,16 @@ def test_the_report_gives_the_audited_runs_leakage_over_seeds_and_leaves_unaudit
     section = audit_section(pd.DataFrame([run(1, "server", 0.9), run(2, "server", 0.8), run(1, "none", None)]))
     assert "| fedrec | pmf      | ml-100k | 2    | 0.8500 ± 0.0707 |" in section
     assert audit_section(pd.DataFrame([run(1, "none", None)])) == ""
+
+
+@pytest.mark.parametrize("option", federated_options())
+def test_every_federated_method_runs_a_round_under_the_audit_or_refuses_it_by_name(option):
+    from fedrun.app.plan import plan
+
+    overrides = [f"method={option}", *SETTINGS.get(option, [])]
+    if option == "fcf":  # its round is one closed-form sum: nothing per client to see
+        with pytest.raises(ConfigError, match="audit='server' is not allowed"):
+            plan(compose_cfg([*SMALL, *overrides, "audit=server"]))
+        return
+    _, env, auditor = audited(overrides, rounds=2)
+    assert "audit_clients" in auditor.score(env.train)

@@ -129,6 +129,8 @@ def plan(cfg: DictConfig) -> Plan:
                       p.sim)
     if p.audit.active and not issubclass(classes["method"], FederatedMethod):
         raise ConfigError("audit", p.choices["audit"], "none for a centralized method: no server receives uploads")
+    if p.audit.active and (why := classes["method"].needs(p.method_config).no_audit):
+        raise ConfigError("audit", p.choices["audit"], f"none for method={p.choices['method']}: {why}")
     check_experiment_name("experiment_name", cfg.get("experiment_name"))  # a preset's; track.experiment: its Config
     return p
 

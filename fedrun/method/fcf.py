@@ -97,7 +97,7 @@ class FCF(FederatedMethod):
     @classmethod
     def needs(cls, config: FCFConfig) -> Needs:
         why = "its server sums the clients' dense gradients (Eq. 7), computed exactly without materialising them"
-        return Needs(exact_sum=why, plain_uploads=why, no_attack=why)
+        return Needs(exact_sum=why, plain_uploads=why, no_attack=why, no_audit=why)
 
     def fast_path_exact(self) -> bool:
         return True  # the closed-form sum is FCF's only path

@@ -53,6 +53,7 @@ class Needs:
     exact_sum: str | None = None  # its server rule needs Σ_c Δ_c exactly: a linear rule with unit weights
     plain_uploads: str | None = None  # uploads must reach the server as computed: no privacy transform
     no_attack: str | None = None  # malicious clients cannot join its protocol
+    no_audit: str | None = None  # an audit (``audit=server``) cannot see what its server receives
     user_contexts: frozenset[str] = frozenset({"ids"})  # which backbone user contexts its client step handles
     # statistics of the training data its server program is handed (``fedrun.data.statistics``), as the
     # protocol's server knows them: e.g. item_popularity. Nothing else of the data reaches the server.
