@@ -211,6 +211,15 @@ def test_encrypted_fedmf_leaks_no_values_and_fulltext_hides_the_rated_items():
     assert metrics["audit_auc"] == 0.5 and metrics["audit_round_precision"] == metrics["audit_base_rate"]
 
 
+def test_paillier_fedmf_parttext_gives_the_ids_but_no_value():
+    """Real ciphertexts (a short key): the server adds them without reading one; PartText's ids still tell."""
+    _, env, auditor = audited([*RATED, "method=fedmf", "method.encryption=paillier", "method.key_length=128",
+                               "sim.clients_per_round=8"], rounds=2)
+    metrics = auditor.score(env.train)
+    assert metrics["audit_values_hidden"] == 1.0 and "audit_rating_mae" not in metrics
+    assert metrics["audit_intersect_precision"] == 1.0
+
+
 def test_lightfr_grad_uploads_give_every_rating_away_in_one_round_and_para_uploads_none():
     """LightFR's Agg_grad rows are (R − s)·b_u + α_d·d_i: their signs are the user's code and their size the
     residual, so one round gives the ratings exactly; Agg_para uploads code copies, which the attack cannot read."""
