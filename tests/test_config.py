@@ -310,6 +310,8 @@ def test_every_seed_follows_one_rule(field):
     (["sim.threads=100000"], "sim.threads"),
     (["dataset.ratings=true", "backbone=binary-mf"], "backbone"),  # FedAvg's gradients on ±1 codes
     (["dataset.ratings=true", "method=central", "backbone=binary-mf"], "backbone"),
+    (["method=pop", "backbone=gru4rec"], "backbone"),  # popularity labelled as a sequential model
+    (["method=pop", "backbone=lightgcn"], "backbone"),
 ])
 def test_a_setting_that_would_change_what_the_run_measures_is_refused_before_training(overrides, field):
     """Issue #68 (3): each of these kept its run's label while measuring something else."""

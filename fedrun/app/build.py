@@ -153,6 +153,10 @@ def check_combination(method_cls: type, method_config: Any, backbone: Any, priva
                   f"a value under {1 / (2 * step_lr):.3g} for {method} at its user rows' lr {step_lr:g}: one local "
                   f"step multiplies each user row by 1 − 2·lr·l2 = {shrink:.3g} through the L2 term, which flips "
                   "the row's sign instead of shrinking it (or lower method.optimizer.user_lr)")
+    check(method_cls.trains_backbone or (backbone.user_context == "ids" and not backbone.binary_codes), "backbone",
+          name("backbone", backbone), f"an ID-based backbone (mf, pmf, ncf) for {method}: it ranks by training counts "
+          f"and trains no model, so a {'binary-code' if backbone.binary_codes else backbone.user_context} backbone "
+          "would only mislabel the run")
     check(not backbone.binary_codes or method_cls.binary_backbones, "backbone", name("backbone", backbone),
           f"a real-valued backbone for {method}: {name('backbone', backbone)}'s ±1 codes are trained by discrete "
           "coordinate descent (method=lightfr), not by gradients")

@@ -28,6 +28,8 @@ class Method:
     Config: ClassVar[type]
     graph_backbones: ClassVar[bool] = False  # trains graph backbones (LightGCN): propagation over a graph
     binary_backbones: ClassVar[bool] = False  # trains ±1 codes by discrete steps (LightFR's DCD on BinaryMF)
+    trains_backbone: ClassVar[bool] = True  # False: it scores without a model (popularity); the backbone only says
+    # whether ratings or rankings are evaluated, and one that is not ID-based would label the run with a model it lacks
     # Settings its training never reads ("backbone.l2", "sim.local_epochs"), each with why: the run refuses
     # any value but the default (0, 1) instead of ignoring it.
     unread: ClassVar[dict[str, str]] = {}

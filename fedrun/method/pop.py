@@ -22,6 +22,7 @@ class PopConfig:
 
 class Pop(Method):
     Config = PopConfig
+    trains_backbone = False
 
     def __init__(self, config: PopConfig, env: RunEnv):
         super().__init__(config, env)
