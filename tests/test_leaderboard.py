@@ -87,3 +87,19 @@ def test_main_writes_the_table_and_figure_from_a_ledger(tmp_path):
     assert main(["--experiment", "nothing-here", "--ledger", str(ledger), "--out", str(tmp_path)]) == 0
     assert "| fedavg |" in (tmp_path / "table.md").read_text()
     assert (tmp_path / "leaderboard.png").stat().st_size > 10_000
+
+
+def test_the_leakage_ledger_adds_what_the_server_guesses_of_each_methods_rated_set(tmp_path):
+    """Issue #65: each method's audited runs (the same commands with audit=server) give its row the rated-set
+    attack's AUC and intersect precision beside the base rate; a method never audited keeps an empty cell."""
+    board_ledger, leakage = tmp_path / "runs.csv", tmp_path / "leakage.csv"
+    pd.DataFrame(runs("pop", [.04]) + runs("fedavg", [.05, .07]) + runs("fedcl", [.08])).to_csv(board_ledger,
+                                                                                                  index=False)
+    audited = [{**run, "param:choices.audit": "server", "metric:audit_auc": auc, "metric:audit_intersect_precision": .9,
+                "metric:audit_base_rate": .062} for run, auc in zip(runs("fedavg", [.05, .07]), [.99, .97])]
+    pd.DataFrame(audited).to_csv(leakage, index=False)
+    assert main(["--experiment", "nothing-here", "--ledger", str(board_ledger), "--out", str(tmp_path),
+                 "--leakage", str(leakage)]) == 0
+    text = re.sub(" +", " ", (tmp_path / "table.md").read_text())
+    assert "rated set leaked" in text and "| 0.980, 0.90 / 0.062 [2] |" in text
+    assert re.search(r"\| fedcl \|.*\| \|$", text, re.MULTILINE)  # not audited: an empty cell

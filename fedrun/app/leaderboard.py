@@ -5,6 +5,11 @@ local differential privacy where that is on → ``<out>/table.md`` and ``<out>/l
 against bytes up per client per round and against seconds per epoch); docs/leaderboard.md reads them.
 
     python -m fedrun.app.leaderboard [--ledger docs/leaderboard/leaderboard-runs.csv] [--out docs/leaderboard]
+        [--leakage docs/leaderboard/leaderboard-leakage-runs.csv]
+
+``--leakage``: the ledger of the same commands run with ``audit=server`` (issue #65); each method's row gains what an
+honest-but-curious server guesses of its clients' items from the ids they upload (AUC, and the precision of the
+items uploaded in every round a client joined, beside the base rate of a random guess).
 
 Bytes are the last round's (``bytes_*_per_client``, a per-round metric); seconds per epoch are the run's training
 seconds per round times its rounds per epoch, on the machine and load the run had (the ledger keeps both).
@@ -23,11 +28,13 @@ from omegaconf import OmegaConf
 
 from fedrun.app.report import SEED_PARAMS, drop_reruns, script_runs
 from fedrun.core.paths import config_dir
+from fedrun.report import ledger
 from fedrun.report.table import markdown
 
 RANKING = ["test_hr_at_10", "test_ndcg_at_10", "test_hr_at_20", "test_ndcg_at_20"]
 COSTS = ["bytes_up_per_client", "bytes_down_per_client", "seconds_per_epoch"]
 SORT_BY = "test_ndcg_at_10"
+LEAKAGE = ["audit_auc", "audit_intersect_precision", "audit_base_rate"]  # the rated-set attack (``audit=server``)
 
 
 def paper_of(method: str) -> str:
@@ -91,9 +98,32 @@ def board(frame: pd.DataFrame) -> pd.DataFrame:
     return table.sort_values(SORT_BY, ascending=False, ignore_index=True)
 
 
+def with_leakage(table: pd.DataFrame, audited: pd.DataFrame) -> pd.DataFrame:
+    """The board with each method's audited runs' rated-set leakage (means over their seeds) and their count."""
+    done = audited[audited["status"] == "FINISHED"] if len(audited) else audited
+    rows = {}
+    for method, runs in (done.groupby("param:choices.method") if len(done) else []):
+        rows[method] = {name: runs[f"metric:{name}"].mean() for name in LEAKAGE if f"metric:{name}" in runs}
+        rows[method]["audit_runs"] = len(runs)
+    leakage = pd.DataFrame.from_dict(rows, orient="index")
+    return table.join(leakage, on="method") if len(leakage) else table
+
+
+def leakage_cell(row) -> str:
+    """"AUC .996, .90 / .062 [1]": AUC, intersect precision / base rate, audited seeds; "" when not audited."""
+    auc = getattr(row, "audit_auc", float("nan"))
+    if pd.isna(auc):
+        return ""
+    return (f"{auc:.3f}, {row.audit_intersect_precision:.2f} / {row.audit_base_rate:.3f} "
+            f"[{int(row.audit_runs)}]")
+
+
 def render(table: pd.DataFrame, dataset: str) -> str:
     header = ["#", "method", "paper's setting", "backbone", "LDP ε", "runs", "HR@10", "NDCG@10", "HR@20", "NDCG@20",
               "NDCG@10 / floor", "KB up / client / round", "KB down / client / round", "s / epoch"]
+    audited = "audit_auc" in table
+    if audited:
+        header.append("rated set leaked: AUC, precision / base rate [seeds]")
     rows = []
     for rank, row in enumerate(table.itertuples(), 1):
         cells = [str(rank), row.method, row.paper, row.backbone, row.epsilon, str(row.runs)]
@@ -101,9 +131,14 @@ def render(table: pd.DataFrame, dataset: str) -> str:
         cells.append(f"{row.test_ndcg_at_10 / row.floor_ndcg_at_10:.2f}" if row.floor_ndcg_at_10 > 0 else "")
         cells += [f"{row.bytes_up_per_client / 1024:.1f}", f"{row.bytes_down_per_client / 1024:.1f}"]
         cells.append(f"{row.seconds_per_epoch:.2f}")
+        if audited:
+            cells.append(leakage_cell(row))
         rows.append(["" if c == "nan" else c for c in cells])
+    leaked = ("; the last column is what an honest-but-curious server guesses of each client's items from the ids "
+              "it uploads (`audit=server`, docs/privacy.md): the AUC of its guess, and the precision of the items a "
+              "client uploaded in every round it joined beside the base rate of a random guess" if audited else "")
     return (f"Test metrics on {dataset} (mean ± std over seeds), ranked by NDCG@10; the floor is popularity on the "
-            f"same split (`method=pop`, NDCG@10 / floor = 1).\n\n" + markdown(header, rows) + "\n")
+            f"same split (`method=pop`, NDCG@10 / floor = 1){leaked}.\n\n" + markdown(header, rows) + "\n")
 
 
 def plot(table: pd.DataFrame, path: Path, dataset: str) -> None:
@@ -131,9 +166,16 @@ def plot(table: pd.DataFrame, path: Path, dataset: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    frame, out = script_runs(__doc__.splitlines()[0], "leaderboard", Path("docs/leaderboard"), argv)
+    import argparse
+
+    extra = argparse.ArgumentParser(add_help=False)
+    extra.add_argument("--leakage", type=Path, default=None)
+    known, rest = extra.parse_known_args(argv)
+    frame, out = script_runs(__doc__.splitlines()[0], "leaderboard", Path("docs/leaderboard"), rest)
     dataset = ", ".join(sorted(set(frame["param:choices.dataset"].astype(str))))
     table = board(frame)
+    if known.leakage is not None:
+        table = with_leakage(table, ledger.read(known.leakage))
     text = render(table, dataset)
     (out / "table.md").write_text(text)
     plot(table, out / "leaderboard.png", dataset)
