@@ -71,6 +71,17 @@ def test_mlflow_run_records_config_metrics_and_artifacts():
     assert {"last_run.md", "config.yaml"} <= artifacts
 
 
+def test_an_audited_run_logs_the_attacks_and_their_table(tmp_path):
+    """Issue #65: audit=server's metrics reach MLflow at the last step and its table the results file (an artifact)."""
+    result = run(["track=mlflow", "track.experiment=t-audit", "audit=server"])
+    client = MlflowClient()
+    (record,) = client.search_runs([client.get_experiment_by_name("t-audit").experiment_id])
+    assert record.data.metrics["audit_auc"] > 0.5 and record.data.metrics["audit_base_rate"] > 0
+    assert [m.step for m in client.get_metric_history(record.info.run_id, "audit_auc")] == [result.rounds]
+    local = client.download_artifacts(record.info.run_id, "last_run.md", str(tmp_path))
+    assert "## Audit: an honest-but-curious server's inference attacks" in open(local).read()
+
+
 def test_non_finite_loss_fails_the_run_with_its_reason():
     named = r"(the aggregate \(defense=Mean\)|the client step \(FedAvg\)|training loss).* round \d+"
     with pytest.raises(NumericalError, match=named):

@@ -24,7 +24,7 @@ from fedrun.errors import ConfigError, FedrunError
 from fedrun.eval.floor import at_or_below, floor_metrics
 from fedrun.method.pop import Pop
 from fedrun.report.curves import learning_curve
-from fedrun.report.table import metrics_table
+from fedrun.report.table import markdown, metrics_table
 from fedrun.sim import checkpoint
 from fedrun.sim.checkpoint import RunnerState
 from fedrun.sim.loop import Interrupted, RunResult, log_final, run_loop
@@ -136,20 +136,22 @@ def finish(cfg: DictConfig, b: Built, result: RunResult, floor: dict[str, dict[s
     table = metrics_table({"test": result.test, **({"valid": result.valid} if result.valid else {}), **floor})
     print(f"\n{b.label}  ({result.rounds} rounds, train {result.train_seconds:.1f}s, eval {result.eval_seconds:.1f}s)")
     print(table, flush=True)
+    audit = audit_scores(b)  # the truth, read only now
+    if audit:
+        print("audit (an honest-but-curious server's inference attacks): " + ", ".join(
+            f"{name[len('audit_'):]} {value:.4f}" for name, value in audit.items()), flush=True)
+        table += "\n\n## Audit: an honest-but-curious server's inference attacks (docs/privacy.md)\n\n" + markdown(
+            ["metric", "value"], [[name, f"{value:.4f}"] for name, value in audit.items()])
     out = job_dir()
     written = []
     try:
-        written = write_outputs(cfg, b.label, table, out)
+        written = write_outputs(cfg, b.label, table, out)  # the table artifact, audit included
     except OSError as err:
         log.error("the results table could not be written to %s (%s); it is printed above", out, err.strerror or err)
     def store_files() -> None:
         for path in written:
             tracker.log_artifact(path)
 
-    audit = audit_scores(b)  # the truth, read only now
-    if audit:
-        print("audit (an honest-but-curious server's inference attacks): " + ", ".join(
-            f"{name[len('audit_'):]} {value:.4f}" for name, value in audit.items()), flush=True)
     failures: list[TrackingError] = []
     steps = (lambda: log_final(tracker, result), lambda: tracker.log_metrics(audit, step=result.rounds),
              lambda: record_floor(b, result, floor, tracker), store_files,
