@@ -93,13 +93,16 @@ def test_the_leakage_ledger_adds_what_the_server_guesses_of_each_methods_rated_s
     """Issue #65: each method's audited runs (the same commands with audit=server) give its row the rated-set
     attack's AUC and intersect precision beside the base rate; a method never audited keeps an empty cell."""
     board_ledger, leakage = tmp_path / "runs.csv", tmp_path / "leakage.csv"
-    pd.DataFrame(runs("pop", [.04]) + runs("fedavg", [.05, .07]) + runs("fedcl", [.08])).to_csv(board_ledger,
-                                                                                                  index=False)
+    graph = [{**run, "param:sim.epochs": "20"} for run in runs("fedgnn", [.06])]
+    pd.DataFrame(runs("pop", [.04]) + runs("fedavg", [.05, .07]) + runs("fedcl", [.08]) + graph).to_csv(
+        board_ledger, index=False)
     audited = [{**run, "param:choices.audit": "server", "metric:audit_auc": auc, "metric:audit_intersect_precision": .9,
-                "metric:audit_base_rate": .062} for run, auc in zip(runs("fedavg", [.05, .07]), [.99, .97])]
+                "metric:audit_base_rate": .062} for run, auc in zip(runs("fedavg", [.05, .07]) + graph, [.99, .97, .9])]
+    audited[-1]["param:sim.epochs"] = "1"  # a graph run audited after one epoch of its twenty
     pd.DataFrame(audited).to_csv(leakage, index=False)
     assert main(["--experiment", "nothing-here", "--ledger", str(board_ledger), "--out", str(tmp_path),
                  "--leakage", str(leakage)]) == 0
     text = re.sub(" +", " ", (tmp_path / "table.md").read_text())
-    assert "rated set leaked" in text and "| 0.980, 0.90 / 0.062 [2] |" in text
+    assert "rated set leaked" in text and "| 0.980, 0.90 / 0.062 [2] |" in text  # same epochs: no note
     assert re.search(r"\| fedcl \|.*\| \|$", text, re.MULTILINE)  # not audited: an empty cell
+    assert "| 0.900, 0.90 / 0.062 [1, 1 of 20 epochs] |" in text

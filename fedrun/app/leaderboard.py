@@ -87,7 +87,8 @@ def board(frame: pd.DataFrame) -> pd.DataFrame:
         if len(earlier):
             print(f"{method}: {len(earlier)} run(s) of an earlier setting set aside ({', '.join(earlier['run_id'])})")
         row = {"method": method, "paper": paper_of(method), "runs": len(group),
-               "backbone": group["param:choices.backbone"].astype(str).iloc[0], "epsilon": epsilon_of(group)}
+               "backbone": group["param:choices.backbone"].astype(str).iloc[0], "epsilon": epsilon_of(group),
+               "epochs": str(group.get("param:sim.epochs", pd.Series(["?"])).iloc[0])}
         for name in RANKING + COSTS + ["floor_ndcg_at_10"]:
             values = group.get(f"metric:{name}", pd.Series(dtype=float)).dropna()
             row[name] = values.mean() if len(values) else float("nan")
@@ -105,17 +106,20 @@ def with_leakage(table: pd.DataFrame, audited: pd.DataFrame) -> pd.DataFrame:
     for method, runs in (done.groupby("param:choices.method") if len(done) else []):
         rows[method] = {name: runs[f"metric:{name}"].mean() for name in LEAKAGE if f"metric:{name}" in runs}
         rows[method]["audit_runs"] = len(runs)
+        rows[method]["audit_epochs"] = str(runs.get("param:sim.epochs", pd.Series(["?"])).iloc[0])
     leakage = pd.DataFrame.from_dict(rows, orient="index")
     return table.join(leakage, on="method") if len(leakage) else table
 
 
 def leakage_cell(row) -> str:
-    """"AUC .996, .90 / .062 [1]": AUC, intersect precision / base rate, audited seeds; "" when not audited."""
+    """"AUC .996, .90 / .062 [1]": AUC, intersect precision / base rate, audited seeds (and the epochs the audited
+    runs trained when fewer than the board's); "" when not audited."""
     auc = getattr(row, "audit_auc", float("nan"))
     if pd.isna(auc):
         return ""
+    shorter = f", {row.audit_epochs} of {row.epochs} epochs" if str(row.audit_epochs) != str(row.epochs) else ""
     return (f"{auc:.3f}, {row.audit_intersect_precision:.2f} / {row.audit_base_rate:.3f} "
-            f"[{int(row.audit_runs)}]")
+            f"[{int(row.audit_runs)}{shorter}]")
 
 
 def render(table: pd.DataFrame, dataset: str) -> str:
