@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from fedrun.app.leaderboard import board, main, paper_of, render
+from fedrun.app.leaderboard import board, main, paper_of, render, with_leakage
 from fedrun.core.paths import config_dir
 from tests.conftest import compose_cfg
 
@@ -84,25 +84,26 @@ def test_paper_of_reads_the_methods_setting():
 def test_main_writes_the_table_and_figure_from_a_ledger(tmp_path):
     ledger = tmp_path / "runs.csv"
     pd.DataFrame(runs("pop", [.04]) + runs("fedavg", [.05, .07])).to_csv(ledger, index=False)
-    assert main(["--experiment", "nothing-here", "--ledger", str(ledger), "--out", str(tmp_path)]) == 0
+    leakage = tmp_path / "leakage.csv"
+    pd.DataFrame([{**run, "metric:audit_auc": .99, "metric:audit_intersect_precision": .9,
+                   "metric:audit_base_rate": .062} for run in runs("fedavg", [.05])]).to_csv(leakage, index=False)
+    assert main(["--experiment", "nothing-here", "--ledger", str(ledger), "--out", str(tmp_path),
+                 "--leakage", str(leakage)]) == 0
     assert "| fedavg |" in (tmp_path / "table.md").read_text()
+    assert "rated set leaked" in (tmp_path / "table.md").read_text()
     assert (tmp_path / "leaderboard.png").stat().st_size > 10_000
 
 
-def test_the_leakage_ledger_adds_what_the_server_guesses_of_each_methods_rated_set(tmp_path):
+def test_the_leakage_ledger_adds_what_the_server_guesses_of_each_methods_rated_set():
     """Issue #65: each method's audited runs (the same commands with audit=server) give its row the rated-set
-    attack's AUC and intersect precision beside the base rate; a method never audited keeps an empty cell."""
-    board_ledger, leakage = tmp_path / "runs.csv", tmp_path / "leakage.csv"
+    attack's AUC and intersect precision beside the base rate, and say when they trained fewer epochs than the
+    board's; a method never audited keeps an empty cell. (``main --leakage`` reads the ledger into ``with_leakage``.)"""
     graph = [{**run, "param:sim.epochs": "20"} for run in runs("fedgnn", [.06])]
-    pd.DataFrame(runs("pop", [.04]) + runs("fedavg", [.05, .07]) + runs("fedcl", [.08]) + graph).to_csv(
-        board_ledger, index=False)
+    table = board(pd.DataFrame(runs("pop", [.04]) + runs("fedavg", [.05, .07]) + runs("fedcl", [.08]) + graph))
     audited = [{**run, "param:choices.audit": "server", "metric:audit_auc": auc, "metric:audit_intersect_precision": .9,
                 "metric:audit_base_rate": .062} for run, auc in zip(runs("fedavg", [.05, .07]) + graph, [.99, .97, .9])]
     audited[-1]["param:sim.epochs"] = "1"  # a graph run audited after one epoch of its twenty
-    pd.DataFrame(audited).to_csv(leakage, index=False)
-    assert main(["--experiment", "nothing-here", "--ledger", str(board_ledger), "--out", str(tmp_path),
-                 "--leakage", str(leakage)]) == 0
-    text = re.sub(" +", " ", (tmp_path / "table.md").read_text())
+    text = re.sub(" +", " ", render(with_leakage(table, pd.DataFrame(audited)), "ml-100k"))
     assert "rated set leaked" in text and "| 0.980, 0.90 / 0.062 [2] |" in text  # same epochs: no note
     assert re.search(r"\| fedcl \|.*\| \|$", text, re.MULTILINE)  # not audited: an empty cell
     assert "| 0.900, 0.90 / 0.062 [1, 1 of 20 epochs] |" in text
