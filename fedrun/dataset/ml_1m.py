@@ -1,7 +1,8 @@
 """MovieLens 1M (Harper & Konstan 2015), implicit.
 
 ``variant=sequences``: every user's full history in time order (6,040 users / 3,706 items /
-1,000,209 interactions; no ratings or timestamps are available offline, see MANIFEST).
+1,000,209 interactions; the files hold no ratings or timestamps: GroupLens' ``ml-1m.zip`` has both, and
+fetching it by name is issue #66's).
 ``variant=split80-20``: the random 80/20 implicit split of the A-ra/A-hum reference code
 (re-indexed ids; one interaction short of the full set), used with ``split.protocol=predefined``.
 """
