@@ -17,6 +17,7 @@ seconds per round times its rounds per epoch, on the machine and load the run ha
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import matplotlib
@@ -170,8 +171,6 @@ def plot(table: pd.DataFrame, path: Path, dataset: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
     extra = argparse.ArgumentParser(add_help=False)
     extra.add_argument("--leakage", type=Path, default=None)
     known, rest = extra.parse_known_args(argv)

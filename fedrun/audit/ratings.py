@@ -43,12 +43,11 @@ class RatingInference:
         self.inferred = torch.zeros(0, dtype=torch.float64, device=device)  # [N] the latest inferred r_ui
 
     def record(self, keys: torch.Tensor, ratings: torch.Tensor) -> None:
-        stale = contains(keys.sort().values, self.inferred_keys) if keys.numel() else None
-        kept_keys = self.inferred_keys if stale is None else self.inferred_keys[~stale]
-        kept = self.inferred if stale is None else self.inferred[~stale]
-        order = torch.argsort(torch.cat([kept_keys, keys]))
-        self.inferred_keys = torch.cat([kept_keys, keys])[order]
-        self.inferred = torch.cat([kept, ratings])[order]
+        """Add the inferred ``ratings`` of ``keys`` (distinct), replacing earlier inferences of the same pairs."""
+        kept = ~contains(keys.sort().values, self.inferred_keys)
+        merged = torch.cat([self.inferred_keys[kept], keys])
+        order = torch.argsort(merged)
+        self.inferred_keys, self.inferred = merged[order], torch.cat([self.inferred[kept], ratings])[order]
 
     def score(self, truth: ClientStore) -> dict[str, float]:
         if truth.ratings is None:
@@ -125,8 +124,8 @@ class MFRatingInference(RatingInference):
         valid = a_sq[user] > 0
         a = a_sq[user].clamp_min(1e-300).sqrt()  # [M]
         ratings = a * (w_p * v_p).sum(1) - c_p / a  # [M] Eq. 23
-        mean = torch.zeros(n_users, dtype=torch.float64, device=keys.device).index_add_(0, user, ratings)
-        ratings = torch.where(mean[user] < 0, -ratings, ratings)  # the sign of a: ratings are positive
+        total = torch.zeros(n_users, dtype=torch.float64, device=keys.device).index_add_(0, user, ratings)
+        ratings = torch.where(total[user] < 0, -ratings, ratings)  # the sign of a: ratings are positive
         self.record(keys[found][valid], ratings[valid])
 
 
@@ -148,8 +147,8 @@ class CodeRatingInference(RatingInference):
         user_code = torch.sign(largest_row_direction(owner, h, n_users))[owner]  # [R, f] ±b_u (0: no signal)
         bits = h.shape[1]
         scaled = ((h * user_code).sum(1) / bits + (user_code * codes).sum(1)) / bits  # [R] 2r − 1, up to sign
-        mean = torch.zeros(n_users, dtype=torch.float64, device=h.device).index_add_(0, owner, scaled)
-        scaled = torch.where(mean[owner] < 0, -scaled, scaled)
+        total = torch.zeros(n_users, dtype=torch.float64, device=h.device).index_add_(0, owner, scaled)
+        scaled = torch.where(total[owner] < 0, -scaled, scaled)  # ratings above the scale's middle on average
         ratings = step.low + (scaled + 1) / 2 * (step.high - step.low)
         self.record(owner * self.n_items + uploads.row_item, ratings)
 

@@ -22,6 +22,7 @@ import torch
 from fedrun.backbone.base import Backbone, PublicParams
 from fedrun.data.client_store import ClientStore
 from fedrun.data.negatives import contains
+from fedrun.retrieval.search import top_k_relevant
 from fedrun.types import EmbeddingUploads
 
 
@@ -32,12 +33,8 @@ class SharedEmbeddingInference:
 
     @torch.no_grad()
     def observe(self, shared: EmbeddingUploads, public: PublicParams) -> None:
-        vectors = self.backbone.query_vectors(shared.vectors, public.net)  # [B, di] or None
-        if vectors is not None:
-            scores = vectors @ public.item.T  # [B, I] the score up to a per-user constant
-        else:
-            scores = self.backbone.score_full(shared.vectors, public.item, public.net)  # [B, I]
-        self.guess[shared.users] = scores.topk(self.k, dim=1).indices
+        # [B, K] the semi-hard negatives' own retrieval, exact (torch)
+        self.guess[shared.users] = top_k_relevant(self.backbone, shared.vectors, public, self.k, "torch")
 
     def score(self, truth: ClientStore, held_out: ClientStore | None = None) -> dict[str, float]:
         """Recall@K of the clients' training items (``truth``) and of their held-out items (``held_out``: for a

@@ -29,7 +29,7 @@ from fedrun.core.seeding import derive_seed, generator
 from fedrun.errors import check, check_choice, check_fraction
 from fedrun.kernels.guards import check_finite
 from fedrun.retrieval.cluster import METHODS, Clusters, check_preaggregation, cluster
-from fedrun.retrieval.search import ENGINES, top_k_inner_product, top_k_scores
+from fedrun.retrieval.search import ENGINES, top_k_relevant
 from fedrun.types import EmbeddingUploads
 
 
@@ -105,10 +105,7 @@ class HardNegativeServer:
 
     def hard_sets(self, queries: torch.Tensor, public: PublicParams, k: int) -> torch.Tensor:
         """[Q, k] the k items most relevant to each query (sorted by item id)."""
-        vectors = self.backbone.query_vectors(queries, public.net)
-        if vectors is not None:
-            return top_k_inner_product(vectors, public.item, k, self.config.search)
-        return top_k_scores(self.backbone.score_full(queries, public.item, public.net), k)
+        return top_k_relevant(self.backbone, queries, public, k, self.config.search)
 
     @torch.no_grad()
     def negatives(self, users: torch.Tensor, public: PublicParams, round_index: int) -> torch.Tensor:

@@ -13,6 +13,7 @@ import logging
 import numpy as np
 import torch
 
+from fedrun.backbone.base import Backbone, PublicParams
 from fedrun.errors import FedrunError
 
 ENGINES = ("auto", "faiss", "torch")
@@ -34,6 +35,16 @@ def top_k_inner_product(queries: torch.Tensor, items: torch.Tensor, k: int, engi
     else:
         found = (queries @ items.T).topk(k, dim=1).indices
     return found.sort(dim=1).values
+
+
+def top_k_relevant(backbone: Backbone, queries: torch.Tensor, public: PublicParams, k: int,
+                   engine: str = "auto") -> torch.Tensor:
+    """queries [Q, du] → [Q, k] the k items of highest score under ``backbone`` and the public model, sorted by id:
+    an inner-product search when the backbone's score is one (``query_vectors``), its full score otherwise."""
+    vectors = backbone.query_vectors(queries, public.net)
+    if vectors is not None:
+        return top_k_inner_product(vectors, public.item, k, engine)
+    return top_k_scores(backbone.score_full(queries, public.item, public.net), k)
 
 
 def top_k_scores(scores: torch.Tensor, k: int) -> torch.Tensor:
