@@ -142,6 +142,21 @@ def test_an_audit_of_a_centralized_method_is_refused_before_any_data_is_read():
                                "method=central", "audit=server"]))
 
 
+def test_a_graph_methods_registration_reaches_the_auditor_and_a_refresh_replaces_it():
+    """Before its first round every FedGNN client registers its protected row: the auditor guesses every client
+    from it, not only the round's; a client that refreshes in the same round is guessed from its newer row."""
+    _, env, auditor = audited(["method=fedgnn", "backbone=lightgcn", "sim.clients_per_round=4"], rounds=1)
+    assert auditor.score(env.train)["audit_shared_clients"] == float(env.n_users)
+    shared = auditor.shared
+    registered = EmbeddingUploads(torch.arange(3), torch.eye(3, shared.backbone.config.dim))
+    refreshed = EmbeddingUploads(torch.tensor([1]), -torch.eye(3, shared.backbone.config.dim)[1:2])
+    items = torch.eye(env.n_items, shared.backbone.config.dim)
+    shared.observe(EmbeddingUploads(torch.cat([registered.users, refreshed.users]),
+                                    torch.cat([registered.vectors, refreshed.vectors])), PublicParams(items))
+    assert shared.guess[0, 0] == 0 and shared.guess[2, 0] == 2
+    assert shared.guess[1, 0] != 1  # the refresh's −e₁ ranks item 1 last, not first
+
+
 # -- attack 3: interaction inference from shared user vectors -------------------------------------------------------
 
 def shared_guess(vectors: torch.Tensor, items: torch.Tensor, k: int, truth: ClientStore) -> dict[str, float]:
@@ -280,3 +295,65 @@ def test_every_federated_method_runs_a_round_under_the_audit_or_refuses_it_by_na
         return
     _, env, auditor = audited(overrides, rounds=2)
     assert "audit_clients" in auditor.score(env.train)
+
+
+# -- attack 4: an uploaded row's membership from its direction --------------------------------------------------------
+
+def mf_round(user_vectors: torch.Tensor, held: list[list[int]], negatives: list[list[int]]) -> Uploads:
+    """The BPR-MF rows of one round: +c·u for each of the client's items, −c·u for each negative (c varies)."""
+    client, item, delta = [], [], []
+    for c, (mine, others) in enumerate(zip(held, negatives)):
+        for i in mine + others:
+            client.append(c)
+            item.append(i)
+            delta.append((1.0 if i in mine else -1.0) * (0.5 + 0.1 * (i % 5)) * user_vectors[c])
+    return Uploads(len(held), torch.tensor(client), torch.tensor(item), torch.stack(delta))
+
+
+def test_the_rows_direction_tells_a_clients_items_from_its_negatives_once_it_has_a_history():
+    """Rows on each client's line, items on one side and fresh negatives on the other: the line is found exactly
+    (|cos| = 1). From the second round the client's recurring items orient it, and every guess is right."""
+    from fedrun.audit.membership import SignMembershipInference
+
+    gen = torch.Generator().manual_seed(0)
+    users = torch.randn(3, 8, generator=gen)
+    held = [[0, 1, 2], [3, 4], [5, 6, 7, 8]]
+    inference = SignMembershipInference(3, 40, torch.device("cpu"))
+    for r in range(3):
+        negatives = [[10 + 3 * r + c, 20 + 3 * r + c] for c in range(3)]  # redrawn each round
+        inference.observe(mf_round(users, held, negatives), torch.tensor([0, 1, 2]))
+    assert torch.allclose(torch.cat(inference.scores[1:]).abs(), torch.ones(2 * 15), atol=1e-5)
+    later = torch.cat(inference.scores[1:])
+    truth_side = torch.tensor([1.0 if (int(k) % 40) < 9 else -1.0 for k in torch.cat(inference.keys[1:])])
+    assert torch.equal(torch.sign(later), truth_side)
+    metrics = inference.score(store_of(torch.zeros(3, 40, dtype=torch.bool).index_put_(
+        (torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 2]), torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, 8])), torch.tensor(True))))
+    assert metrics["audit_sign_precision"] > 0.9 and metrics["audit_sign_item_recall"] == 1.0
+
+
+def test_the_pooled_auc_equals_a_brute_force_count():
+    from fedrun.audit.membership import pooled_auc
+
+    gen = torch.Generator().manual_seed(3)
+    scores = torch.randint(0, 6, (200,), generator=gen).double()  # many ties
+    positive = torch.rand(200, generator=gen) < 0.3
+    pos, neg = scores[positive], scores[~positive]
+    brute = ((pos[:, None] > neg[None, :]).double() + 0.5 * (pos[:, None] == neg[None, :]).double()).mean()
+    assert pooled_auc(scores, positive) == pytest.approx(float(brute), abs=1e-12)
+
+
+@pytest.mark.parametrize("overrides", [["sim.clients_per_round=all"],
+                                       ["method=fedcl", "backbone=mf", "sim.clients_per_round=all",
+                                        "method.n_clusters=4"]])
+def test_the_sign_of_an_uploaded_row_says_what_its_id_does_not(overrides):
+    """FedAvg's and FedCL's rows of a client lie on its user vector's line: their signs separate its items from its
+    negatives far better than the ids alone (whose precision is the share of items among the uploaded rows)."""
+    _, env, auditor = audited(overrides, rounds=6)
+    metrics = auditor.score(env.train)
+    assert metrics["audit_sign_auc"] > 0.85
+    assert metrics["audit_sign_precision"] > 1.5 * metrics["audit_round_precision"]
+
+
+def test_ciphertexts_leave_the_sign_attack_nothing():
+    _, env, auditor = audited([*RATED, "method=fedmf", "sim.clients_per_round=all"], rounds=2)
+    assert "audit_sign_auc" not in auditor.score(env.train)

@@ -141,3 +141,24 @@ def test_the_epsilon_a_graph_client_spends_on_its_shared_embedding_counts_regist
     per_row = 2 * 0.5 * env.backbone.config.dim / 0.1
     for r in range(2):
         assert round_of(method).train_round(r).extra["epsilon_spent_max"] == pytest.approx((r + 2) * per_row)
+
+
+@pytest.mark.parametrize("overrides,metric", [
+    (["privacy=ldp", "privacy.targets=[item_rows]", "privacy.epsilon=2.0", "sim.clients_per_round=all"],
+     "epsilon_item_rows_spent_max"),
+    (["method=fedgnn", "backbone=lightgcn", "privacy=perfedrecpp/ldp", "sim.clients_per_round=all"],
+     "epsilon_spent_max")])
+def test_a_resumed_run_goes_on_spending_from_the_checkpoints_ledger(overrides, metric):
+    """The per-client ε ledgers are in the method's state: a run resumed after round 1 reports what the run that
+    never stopped reports after round 2, not the spending of round 2 alone."""
+    from tests.conftest import make_method, round_of
+
+    whole, _ = make_method(overrides)
+    for r in range(2):
+        expected = round_of(whole).train_round(r).extra[metric]
+    first, _ = make_method(overrides)
+    round_of(first).train_round(0)
+    resumed, _ = make_method(overrides)
+    round_of(resumed)  # the round registers its ledgers, as a run's plan builds it before loading a checkpoint
+    resumed.load_state_dict(first.state_dict())
+    assert round_of(resumed).train_round(1).extra[metric] == pytest.approx(expected)

@@ -135,6 +135,7 @@ def test_clients_adapt_before_ranking_and_learn_without_noise():
     (["method.clip=0"], "method.clip"),
     (["method.noise=-1"], "method.noise"),
     (["method.local_steps=0"], "method.local_steps"),
+    (["method.delta=1"], "method.delta"),
 ])
 def test_bad_settings_are_named(override, field):
     with pytest.raises(ConfigError, match=field):
@@ -145,3 +146,32 @@ def test_server_phase_sees_uploads_only():
     """The noisy aggregation and the server step run with client data and private rows poisoned."""
     method, env = make_method(PRIVREC)
     assert server_phase_calls(method, env) == ["aggregate", "server.step"]
+
+
+def test_the_accountant_takes_the_best_renyi_order_in_closed_form():
+    """ε = min over α of kα/(2z²) + log(1/δ)/(α − 1), against a fine grid of orders; no release costs nothing."""
+    import math
+
+    from fedrun.privacy.accountant import gaussian_epsilon
+
+    for releases, z, delta in [(1, 1.0, 1e-5), (20, 1.0, 1e-5), (300, 4.0, 1e-6), (5, 0.5, 1e-3)]:
+        grid = min(releases * a / (2 * z * z) + math.log(1 / delta) / (a - 1) for a in
+                   (1 + 10 ** (e / 2000) for e in range(-8000, 8000)))
+        assert gaussian_epsilon(releases, z, delta) == pytest.approx(grid, rel=1e-6)
+    assert gaussian_epsilon(0, 1.0, 1e-5) == 0.0 and gaussian_epsilon(3, 0.0, 1e-5) == math.inf
+    assert gaussian_epsilon(10, 1.0, 1e-5) < gaussian_epsilon(11, 1.0, 1e-5)
+
+
+def test_privrec_accounts_each_clients_rounds_and_keeps_the_count_in_its_checkpoint():
+    from fedrun.privacy.accountant import gaussian_epsilon
+
+    noisy = PRIVREC + ["method.noise=2", "method.clip=0.01", "method.delta=1e-6", "sim.clients_per_round=all"]
+    method, _ = make_method(noisy)
+    stats = [round_of(method).train_round(r).extra for r in range(3)]
+    assert [s["dp_epsilon_spent_max"] for s in stats] == [gaussian_epsilon(r + 1, 2.0, 1e-6) for r in range(3)]
+    assert stats[-1]["dp_delta"] == 1e-6
+    restored, _ = make_method(noisy)
+    restored.load_state_dict(method.state_dict())
+    assert torch.equal(restored.server.releases, method.server.releases) and int(restored.server.releases.max()) == 3
+    quiet, _ = make_method(PRIVREC + ["method.noise=0", "sim.clients_per_round=all"])
+    assert "dp_epsilon_spent_max" not in round_of(quiet).train_round(0).extra

@@ -265,8 +265,8 @@ def render(frame: pd.DataFrame, title: str, metrics: list[str], out: Path) -> tu
 AUDIT_METRICS = ["audit_round_precision", "audit_intersect_precision", "audit_base_rate", "audit_auc",
                  "audit_shared_recall_at_20", "audit_shared_popularity_recall_at_20",
                  "audit_shared_heldout_recall_at_20", "audit_shared_heldout_popularity_recall_at_20",
-                 "audit_rating_mae", "audit_rating_mean_mae", "audit_rating_coverage", "epsilon_spent_max",
-                 "epsilon_item_rows_spent_max"]
+                 "audit_rating_mae", "audit_rating_mean_mae", "audit_rating_coverage", "audit_sign_precision",
+                 "audit_sign_auc", "epsilon_spent_max", "epsilon_item_rows_spent_max", "dp_epsilon_spent_max"]
 
 
 def audit_section(frame: pd.DataFrame) -> str:

@@ -41,6 +41,14 @@ class RatedSetInference:
         counts = torch.zeros_like(merged).index_add_(0, slot, torch.cat([self.counts, torch.ones_like(keys)]))
         self.keys, self.counts = merged, counts
 
+    def times_uploaded(self, users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+        """[N] the rounds observed so far in which client ``users[n]`` uploaded item ``items[n]``."""
+        keys = users * self.n_items + items
+        slot = torch.searchsorted(self.keys, keys).clamp_max(max(self.keys.numel() - 1, 0))
+        if self.keys.numel() == 0:
+            return torch.zeros_like(keys)
+        return torch.where(self.keys[slot] == keys, self.counts[slot], 0)
+
     def score(self, truth: ClientStore, blind: bool = False) -> dict[str, float]:
         """``blind``: the uploads did not tell which items a client holds (a row for every item, FedMF's FullText),
         so the guess is every item: precision the base rate, recall 1, AUC 0.5."""

@@ -6,7 +6,10 @@ run against the clients' training data, each beside its baseline:
     PerFedRec(++)) ranked under the public model — recall@K against popularity;
   - ``ratings`` (``fedrun.audit.ratings``): explicit ratings from consecutive real-valued MF gradients (FedMF's
     attack, LightFR Eq. 22–23), or from one round of LightFR's binary-code gradients — MAE against predicting the
-    mean.
+    mean;
+  - ``membership`` (``fedrun.audit.membership``): whether an uploaded row's item is one of the client's items or a
+    sampled negative, from the row's direction along the client's line (attack 4, the signs of the rows) —
+    precision against the ids alone, AUC against 0.5.
 An attack runs where the server receives what it needs: a method that shares no user vectors gives ``shared``
 nothing to see, and one whose uploads are not explicit-MF or binary-code gradients (``ServerView.mf_step``,
 ``code_step``) nothing to solve.
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fedrun.audit.base import Auditor, ServerView
+from fedrun.audit.membership import SignMembershipInference
 from fedrun.audit.rated_set import RatedSetInference
 from fedrun.audit.ratings import CodeRatingInference, MFRatingInference
 from fedrun.audit.shared import SharedEmbeddingInference
@@ -29,7 +33,7 @@ from fedrun.data.client_store import ClientStore
 from fedrun.errors import check, check_choice
 from fedrun.types import EmbeddingUploads, RoundContext, Uploads
 
-ATTACKS = ("rated_set", "shared", "ratings")
+ATTACKS = ("rated_set", "shared", "ratings", "membership")
 
 
 @dataclass
@@ -56,6 +60,7 @@ class ServerAudit(Auditor):
         self.ratings = (MFRatingInference(n_users, n_items, backbone.config.dim, device)
                         if "ratings" in attacks else None)
         self.code_ratings = CodeRatingInference(n_items, device) if "ratings" in attacks else None
+        self.membership = SignMembershipInference(n_users, n_items, device) if "membership" in attacks else None
         self.ids_hidden = self.values_hidden = False
 
     def observe_shared(self, shared: EmbeddingUploads, view: ServerView, ctx: RoundContext) -> None:
@@ -69,6 +74,8 @@ class ServerAudit(Auditor):
             self.rated_set.observe(uploads, senders)
         if view.hidden_values is not None:
             return
+        if self.membership is not None:
+            self.membership.observe(uploads, senders)
         if self.ratings is not None and view.mf_step is not None:
             self.ratings.observe(uploads, senders, view.public.item, view.mf_step)
         if self.code_ratings is not None and view.code_step is not None:
@@ -80,6 +87,8 @@ class ServerAudit(Auditor):
             metrics.update(self.rated_set.score(truth, blind=self.ids_hidden))
         if self.shared is not None:
             metrics.update(self.shared.score(truth, held_out))
+        if self.membership is not None:
+            metrics.update(self.membership.score(truth))
         for inference in (self.ratings, self.code_ratings):
             if inference is not None and inference.inferred_keys.numel():
                 metrics.update(inference.score(truth))

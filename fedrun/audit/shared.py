@@ -33,8 +33,15 @@ class SharedEmbeddingInference:
 
     @torch.no_grad()
     def observe(self, shared: EmbeddingUploads, public: PublicParams) -> None:
+        """``shared`` in the order it was sent; a client that sent twice (a graph's registration, then the round's
+        refresh) is guessed from its latest vector."""
+        order = torch.arange(shared.users.numel(), device=shared.users.device)
+        last = torch.full((self.guess.shape[0],), -1, dtype=torch.int64, device=order.device)
+        last.scatter_reduce_(0, shared.users, order, "amax")
+        latest = last[shared.users] == order  # [N]
         # [B, K] the semi-hard negatives' own retrieval, exact (torch)
-        self.guess[shared.users] = top_k_relevant(self.backbone, shared.vectors, public, self.k, "torch")
+        self.guess[shared.users[latest]] = top_k_relevant(self.backbone, shared.vectors[latest], public, self.k,
+                                                          "torch")
 
     def score(self, truth: ClientStore, held_out: ClientStore | None = None) -> dict[str, float]:
         """Recall@K of the clients' training items (``truth``) and of their held-out items (``held_out``: for a

@@ -187,15 +187,17 @@ class EgoProtocol:
         self.store, self.n_items, self.layers, self.cap, self.seed = store, n_items, layers, cap, seed
         self.directory: NeighborDirectory | None = None
         self.restored: torch.Tensor | None = None  # the directory's shared rows from a checkpoint
-        # embeddings each client has shared (registration and refreshes; a resumed run counts from its resume point)
+        # embeddings each client has shared (registration and refreshes), in the checkpoint
         self.shared_count = torch.zeros(store.n_users, dtype=torch.int64)
 
     def refresh(self, private_user: torch.Tensor, users: torch.Tensor, round_index: int,
                 privatize: Privatize) -> EmbeddingUploads:
         """Each of the round's clients ``users`` [B] uploads its row of ``private_user`` [U, d] (the
         clients' side) through ``privatize`` (the run's privacy mechanism for embeddings); before the
-        first round every client registers (its item ids and its row). Returns the round's uploads."""
+        first round every client registers (its item ids and its row). Returns the rows shared in this call, in
+        the order they were sent: the registration's (every client, first call only) and then the round's."""
         device = private_user.device
+        registered: EmbeddingUploads | None = None
         if self.directory is None:
             everyone = torch.arange(self.store.n_users, device=device)
             owner, _, items, _ = self.store.flat(everyone)
@@ -204,18 +206,25 @@ class EgoProtocol:
             self.directory = NeighborDirectory(ItemIdUploads(owner, items), self.store.n_users, self.n_items,
                                                EmbeddingUploads(everyone, shared))
             self.shared_count = self.shared_count.to(device) + (1 if self.restored is None else 0)
+            if self.restored is None:  # a resumed run re-reads the rows it registered, it sends nothing new
+                registered = EmbeddingUploads(everyone, shared)
         gen = generator(self.seed, "embedding-privacy", round_index, device)
         uploads = EmbeddingUploads(users, privatize(private_user[users], gen))
         self.directory.receive(uploads)
         self.shared_count[users] += 1
-        return uploads
+        if registered is None:
+            return uploads
+        return EmbeddingUploads(torch.cat([registered.users, users]), torch.cat([registered.vectors, uploads.vectors]))
 
     def state_dict(self) -> dict:
-        return {} if self.directory is None else {"shared": self.directory.shared}
+        return {} if self.directory is None else {"shared": self.directory.shared, "shared_count": self.shared_count}
 
     def load_state_dict(self, state: dict) -> None:
-        """A resumed run's directory starts from the checkpoint's shared rows (registration is not redone)."""
+        """A resumed run's directory starts from the checkpoint's shared rows (registration is not redone), and its
+        count of the rows each client shared from the checkpoint's (from zero for a checkpoint without it)."""
         self.directory, self.restored = None, state.get("shared")
+        if "shared_count" in state:
+            self.shared_count = state["shared_count"].clone().cpu()
 
     def attach(self, problem: LocalProblem, round_index: int, sent: torch.Tensor | None = None) -> "GraphProblem":
         """The bucket's problem with its ego graphs (the client links its positives; none with K = 0

@@ -81,6 +81,9 @@ class FederatedMethod(Method):
             PublicParams(public.item.to(env.device), {k: v.to(env.device) for k, v in public.net.items()}), statistics)
         self.client = self.make_client(PrivateParams(private.user.to(env.device)))
         self.prepared_for: int | None = None  # the server step prepare_ranking last ran for
+        # the server's privacy ledgers (name → per-client ε spent), kept in the checkpoint so a resumed run's
+        # accounting goes on from where it stopped; the round registers the ones it keeps
+        self.ledgers: dict[str, torch.Tensor] = {}
 
     @property
     def public(self) -> PublicParams:
@@ -221,11 +224,15 @@ class FederatedMethod(Method):
 
     # -- state (checkpoints): the client program's and the server program's -------------------
     def state_dict(self) -> dict[str, Any]:
-        return {**self.client.state_dict(), "server": self.server.state_dict()}
+        ledgers = {"ledgers": dict(self.ledgers)} if self.ledgers else {}
+        return {**self.client.state_dict(), "server": self.server.state_dict(), **ledgers}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.client.load_state_dict(state)
         self.server.load_state_dict(state["server"])
+        for name, spent in state.get("ledgers", {}).items():  # a checkpoint from before the ledgers: from zero
+            if name in self.ledgers:
+                self.ledgers[name].copy_(spent)
         self.prepared_for = None
 
     # -- evaluation: the client program scores, once ranking is prepared for the model version --

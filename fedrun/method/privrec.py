@@ -23,13 +23,17 @@ Open points: PrivRec's own model is a DNN over user/item features with a two-sta
 fedrun keeps only what defines it — Reptile over (u₀, V) and user-level DP with Table 4's z and
 S — and no second stage. k = 5 inner steps (not stated; LightFR's E = 1 would make Reptile plain
 FedSGD with no adaptation), β = 1, inner lr chosen on FilmTrust validation (docs/reproductions/lightfr.md).
-The privacy guarantee (ε via the moments accountant) is not computed: z and S are reported as given.
+The privacy guarantee: each round is one Gaussian release of the sum at noise multiplier z with respect to one
+user (add or remove its clipped update, sensitivity S), so a client's rounds compose as RDP
+(``fedrun.privacy.accountant``): ``dp_epsilon_spent_max`` is the ε at ``delta`` of the client that took part most
+often, with no amplification by subsampling (the server knows who joined each round). The paper's moments
+accountant would count the same releases; its δ is not stated (1e-5 here, an open point).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Sequence, cast
+from typing import Any, Sequence, cast
 
 import torch
 
@@ -44,6 +48,7 @@ from fedrun.method.client import Client, ClientResult, ModelView
 from fedrun.method.federated import FederatedMethod, Needs
 from fedrun.method.rating_scale import RatingScale, require_rating_model
 from fedrun.method.server import OptimizerServer, Server
+from fedrun.privacy.accountant import gaussian_epsilon
 from fedrun.types import Aggregate, RoundContext, Uploads
 
 USER_INIT = "user_init"
@@ -56,12 +61,14 @@ class PrivRecConfig:
     server_lr: float = 1.0  # β, Reptile's outer step
     clip: float = 50.0  # S: bound on the L2 norm of one client's whole update [LightFR Table 4]
     noise: float = 1.0  # z: Gaussian noise σ = zS on the sum of the round's updates [Table 4]; 0 = no DP
+    delta: float = 1e-5  # δ of the (ε, δ) the run reports (accounting only; the paper states none)
 
     def __post_init__(self) -> None:
         check(self.local_steps >= 1, "local_steps", self.local_steps, "an integer >= 1")
         check_positive("server_lr", self.server_lr)
         check_positive("clip", self.clip)
         check_positive("noise", self.noise, allow_zero=True)
+        check(0 < self.delta < 1, "delta", self.delta, "a probability in (0, 1)")
 
 
 def clip_clients(uploads: Uploads, bound: float) -> tuple[Uploads, torch.Tensor]:
@@ -83,9 +90,17 @@ class NoisyMeanServer(OptimizerServer):
     outer step (SGD at ``server_lr``). ``sigma`` = z·S, the noise std on the sum; ``seed``: the run's,
     whose "dp_noise" stream draws each round's noise."""
 
-    def __init__(self, public: PublicParams, config: ServerOptimizerConfig, sigma: float, seed: int):
+    def __init__(self, public: PublicParams, config: ServerOptimizerConfig, sigma: float, seed: int, n_users: int):
         super().__init__(public, config)
         self.sigma, self.seed = sigma, seed
+        self.releases = torch.zeros(n_users, dtype=torch.int64)  # [U] the rounds each client's update entered
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "releases": self.releases.clone()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.releases.copy_(state["releases"])
 
     def step(self, aggregate: Aggregate, ctx: RoundContext) -> dict[str, float]:
         return super().step(self.noisy_mean(aggregate, ctx), ctx)
@@ -178,7 +193,16 @@ class PrivRec(FederatedMethod):
         start = torch.randn(dim, generator=generator(self.env.sim.seed, USER_INIT)) * self.env.backbone.config.init_std
         public.net[USER_INIT] = start.to(public.item)  # u₀, meta-learned with V
         return NoisyMeanServer(public, ServerOptimizerConfig("sgd", self.config.server_lr),
-                               self.config.noise * self.config.clip, self.env.sim.seed)
+                               self.config.noise * self.config.clip, self.env.sim.seed, self.env.n_users)
+
+    def observe_uploads(self, uploads: Uploads, senders: torch.Tensor, ctx: RoundContext) -> dict[str, float]:
+        """User-level DP accounting: each sender's update entered one Gaussian release of the round's sum."""
+        server = cast(NoisyMeanServer, self.server)
+        server.releases[senders.cpu()] += 1
+        if self.config.noise == 0:
+            return {}  # no DP: nothing to account
+        return {"dp_epsilon_spent_max": gaussian_epsilon(int(server.releases.max()), self.config.noise,
+                                                         self.config.delta), "dp_delta": self.config.delta}
 
     def make_client(self, private: PrivateParams) -> PrivRecClient:
         return PrivRecClient(self.config, self.env, private, self.server, self.scale)

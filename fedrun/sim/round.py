@@ -70,6 +70,8 @@ class FederatedRound:
         # of the same client's data, so a round costs rows × ε and the rounds add up)
         self.rows_epsilon = (torch.zeros(int(clients.max()) + 1 if clients.numel() else 0, dtype=torch.float64)
                              if "item_rows" in privacy.targets and privacy.transforms_uploads else None)
+        if self.rows_epsilon is not None:
+            method.ledgers["epsilon_item_rows"] = self.rows_epsilon  # in the checkpoint
         # what scales the aggregate, named when it diverges: the clients' lr, and the attack's and the noise's if any
         self.aggregate_cause = " ".join([LEARNING_RATE] + [ATTACK_STEP] * attack.active
                                         + [PRIVACY_NOISE] * privacy.transforms_uploads)
