@@ -54,6 +54,7 @@ BAD = [
     ("eval.metrics=[auc]", "eval.metrics"),
     ("defense.weighting=median", "defense.weighting"),
     ("backbone=ncf backbone.layers=[63,16]", "backbone.layers"),
+    ("method=fedgnn backbone=lightgcn backbone.layers=1000", "backbone.layers"),
     ("method=central method.batch_size=0", "method.batch_size"),
 ]
 
@@ -124,6 +125,23 @@ def test_thread_counts_are_refused_by_name_before_torch_sets_them(threads):
 
     with pytest.raises(ConfigError, match=r"sim.threads=.* null or an integer >= 1"):
         set_threads(threads, None)
+
+
+def test_more_threads_than_cores_is_refused_before_torch_sets_them():
+    """torch.set_num_threads(100000) raised a MemoryError traceback (issue #68 probe)."""
+    from fedrun.app.cli import set_threads
+
+    with pytest.raises(ConfigError, match=r"sim.threads=100000 .* at most the \d+ cores this process may use"):
+        set_threads(100000, None)
+
+
+def test_more_negatives_than_a_client_can_draw_distinct_says_they_repeat(caplog):
+    """80 items, the largest client holds some: 79 negatives per positive must repeat; the run says so first."""
+    from fedrun.app.plan import build_run
+
+    with caplog.at_level("WARNING", logger="fedrun"):
+        build_run(compose_cfg(SMALL + ["method.num_negatives=79"]))
+    assert "method.num_negatives=79 is more than the" in caplog.text and "negatives repeat" in caplog.text
 
 
 def test_a_sampled_cut_off_that_covers_every_candidate_is_refused(tmp_path, monkeypatch):
@@ -348,3 +366,25 @@ def test_every_key_the_presets_set_is_known():
     from fedrun.app.plan import known_top_level_keys
 
     assert {"experiment_name", "paper", "matrix", "server_reduce", "figure", "row", "choices"} <= known_top_level_keys()
+
+
+@pytest.mark.parametrize("override", ["hydra.run.dir={file}/x", "hydra.sweep.dir={file}/deeper/x", None])
+def test_an_output_folder_that_cannot_be_created_is_named_before_hydra_runs(override, tmp_path, monkeypatch, capsys):
+    """A folder under a file (or read-only) made Hydra print its OSError traceback; now one named line, exit 2.
+    Without an override the default ``outputs/`` under the working directory is checked."""
+    import sys
+
+    from fedrun.app import cli
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.chdir(tmp_path)
+    if override is None:
+        (tmp_path / "outputs").write_text("")  # the default folder's name taken by a file
+    args = ["dataset=synthetic"] + ([override.format(file=blocker)] if override else [])
+    monkeypatch.setattr(sys, "argv", ["fedrun", *args])
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "Traceback" not in err
+    assert "is a file, not a folder" in err and ("hydra.run.dir" in err or "hydra.sweep.dir" in err)

@@ -154,3 +154,17 @@ def test_runs_that_did_not_finish_are_listed_once_per_reason():
     assert unfinished_lines(failed) == [f"- 2 runs FAILED: {refused} (a, c)",
                                         "- b KILLED: abandoned: its process is gone",
                                         "- d FAILED: no reason recorded"]
+
+
+def test_a_run_stopped_and_resumed_under_new_params_is_listed_as_continued_not_as_a_failure():
+    import pandas as pd
+
+    from fedrun.app.report import continued_reasons, unfinished_lines
+
+    frame = pd.DataFrame({"run_id": ["a", "b", "c"], "status": ["KILLED", "FINISHED", "FAILED"],
+                          "reason": ["interrupted", "", "diverged"], "resumed_from": ["", "a", ""]})
+    failed = frame[frame["status"] != "FINISHED"]
+    assert unfinished_lines(continued_reasons(failed, frame)) == [
+        "- a KILLED: stopped, then resumed as run b, which carries its results", "- c FAILED: diverged"]
+    assert unfinished_lines(continued_reasons(failed, frame.drop(columns="resumed_from"))) == [
+        "- a KILLED: interrupted", "- c FAILED: diverged"]

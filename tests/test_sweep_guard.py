@@ -52,3 +52,21 @@ def test_orphaned_jobs_of_a_sweep_are_marked_killed_with_the_reason(tmp_path):
     assert client.get_run(lost).info.status == "KILLED"
     assert client.get_run(lost).data.tags["fedrun.failure_reason"] == "stopped by SIGINT: lost"
     assert client.get_run(done).info.status == "FINISHED" and client.get_run(parent).info.status == "RUNNING"
+
+
+def test_a_sweep_folder_tells_each_jobs_outcome_without_a_store(tmp_path):
+    """Finished (its results table), failed (its reason), or neither (killed before it could say so)."""
+    from fedrun.app.sweep_folder import folder_report
+    from fedrun.sim.sweep import record_failed_job
+
+    for job, seed in enumerate((1, 2, 3)):
+        (tmp_path / str(job) / ".hydra").mkdir(parents=True)
+        (tmp_path / str(job) / ".hydra" / "overrides.yaml").write_text(f"- method=pop\n- sim.seed={seed}\n")
+    (tmp_path / "0" / "last_run.md").write_text("# pop\n\n| metric | test | floor |\n|---|---|---|\n"
+                                                "| hr_at_10 | 0.1234 | 0.1234 |\n")
+    record_failed_job(tmp_path, 1, "sim.local_epochs=0 is not allowed\nmore")
+    text = folder_report(tmp_path)
+    assert "3 jobs (1 finished, 1 failed, 1 unknown)" in text and "Common to every job: method=pop" in text
+    assert "| 0   | sim.seed=1 | FINISHED | hr_at_10 0.1234" in text
+    assert "| 1   | sim.seed=2 | FAILED   | sim.local_epochs=0 is not allowed " in text
+    assert "| 2   | sim.seed=3 | UNKNOWN  | no outcome recorded" in text

@@ -132,6 +132,21 @@ def test_a_run_whose_process_was_killed_is_marked_killed_by_the_next_run_with_th
     tracker.finish("FINISHED")
 
 
+def test_fedrun_report_judges_liveness_and_lists_a_killed_run_as_unfinished_with_its_reason(tmp_path, capsys):
+    """No run followed the killed one: the report itself finds its process gone, marks it KILLED and says why."""
+    from fedrun.app.report import main as report
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    died = subprocess.run([sys.executable, "-c", START_AND_DIE, uri], capture_output=True, text=True)
+    assert died.returncode == -9, died.stderr
+    report(["abandoned", "--uri", uri, "--out", str(tmp_path / "reports")])
+    client = MlflowClient(uri)
+    [killed] = [run for run in client.search_runs([client.get_experiment_by_name("abandoned").experiment_id])
+                if run.data.tags.get("fedrun.kind") != "report"]
+    assert killed.info.status == "KILLED" and "found by fedrun-report" in killed.data.tags["fedrun.failure_reason"]
+    assert "KILLED: abandoned: its process" in capsys.readouterr().out
+
+
 def test_only_runs_whose_process_is_certainly_gone_are_judged():
     """A live owner, one on another machine or container, or a run without owner tags stays RUNNING; a restarted
     machine or a pid now held by another process means the owner is gone."""

@@ -74,7 +74,9 @@ def set_threads(threads: int | None, parallel_jobs: int | None) -> None:
 
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ConfigError("sim.threads", threads, "null or an integer >= 1")  # before torch sees it
-    cores = os.cpu_count() or 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if threads is not None and threads > cores:  # torch.set_num_threads(100000) raised a MemoryError traceback
+        raise ConfigError("sim.threads", threads, f"at most the {cores} cores this process may use (null: all)")
     if parallel_jobs is not None and parallel_jobs < 0:  # joblib: -1 = one job per core, -2 = all but one, ...
         parallel_jobs = max(1, cores + 1 + parallel_jobs)
     if threads is None and parallel_jobs and parallel_jobs > 1:
@@ -102,6 +104,7 @@ def main() -> None:
         sys.exit(info(sys.argv[2:]))
     try:
         launchers.check_launcher(sys.argv[1:])
+        outdir.check_output_folders(sys.argv[1:])
     except FedrunError as err:
         print(f"fedrun: error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -31,6 +31,7 @@ from fedrun.sim.loop import Interrupted, RunResult, log_final, run_loop
 from fedrun.sim.sweep import OVERRIDES
 from fedrun.sim.sweep import marker as sweep_marker
 from fedrun.store.calls import TrackingError
+from fedrun.store.runs import RESUMED_FROM
 from fedrun.track.base import Tracker
 
 log = logging.getLogger("fedrun")
@@ -86,7 +87,7 @@ def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) ->
         # recorded param (the continuation is recorded under what it really runs, linked to its origin)
         params, tags = run_record(b, sweep, job)
         if resumed_run:
-            tags["fedrun.resumed_from"] = resumed_run
+            tags[RESUMED_FROM] = resumed_run
         parent = tracker.sweep_parent(experiment, sweep, sweep_overrides(sweep)) if sweep else None
         if parent is not None:
             tags["mlflow.parentRunId"] = parent

@@ -24,7 +24,7 @@ from fedrun.method.pop import Pop
 from fedrun.report import ledger, matrix
 from fedrun.report.paper import ALPHA, ROW_KEYS, beside_paper, claim_tests, order_claims, preset_paper
 from fedrun.report.table import markdown, natural_key
-from fedrun.store.runs import FAILURE_REASON, default_uri, experiment_id, open_client
+from fedrun.store.runs import FAILURE_REASON, RESUMED_FROM, default_uri, end_abandoned_runs, experiment_id, open_client
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -60,7 +60,10 @@ def exposure_over_run(client, run) -> dict[str, float]:
 
 def collect(client, exp_id: str, parent: str | None = None) -> pd.DataFrame:
     """The experiment's runs (or only the child runs of sweep ``parent``), one row each, with the exposure
-    metrics' peak and mean over the run (``exposure_over_run``)."""
+    metrics' peak and mean over the run (``exposure_over_run``). A run left RUNNING by a process on this machine
+    that is gone is first marked KILLED with its reason (``fedrun.store.liveness``), so the report lists it as
+    unfinished and says why instead of counting it in flight."""
+    end_abandoned_runs(client, exp_id, found_by="fedrun-report")
     rows = []
     children = f"tags.mlflow.parentRunId = '{parent}'" if parent else ""
     for run in client.search_runs([exp_id], filter_string=children, max_results=50000):
@@ -68,6 +71,7 @@ def collect(client, exp_id: str, parent: str | None = None) -> pd.DataFrame:
             continue
         rows.append({"run_id": run.info.run_id, "status": run.info.status, "start_time": run.info.start_time,
                      "reason": run.data.tags.get(FAILURE_REASON, ""),
+                     "resumed_from": run.data.tags.get(RESUMED_FROM, ""),
                      **{f"param:{k}": v for k, v in run.data.params.items()},
                      **{f"metric:{k}": v for k, v in run.data.metrics.items()}, **exposure_over_run(client, run)})
     return pd.DataFrame(rows)
@@ -228,7 +232,7 @@ def render(frame: pd.DataFrame, title: str, metrics: list[str], out: Path) -> tu
     header, rows = summarize(frame, metrics)
     table = markdown(header, rows)
     failed = frame[frame["status"] != "FINISHED"]
-    failed_lines = unfinished_lines(failed)
+    failed_lines = unfinished_lines(continued_reasons(failed, frame))
     text = f"# {title}: mean ± std over seeds\n\n{table}\n"
     if "floor " in table:
         text += ("\n(≤ floor x): at or below the popularity floor of the row's split and protocol (for errors: "
@@ -279,6 +283,22 @@ def audit_section(frame: pd.DataFrame) -> str:
     header, rows = summarize(audited, AUDIT_METRICS)
     return ("\n## Measured privacy: an honest-but-curious server's attacks (audit=server; docs/privacy.md)\n\n"
             + markdown(header, rows) + "\n")
+
+
+def continued_reasons(failed: pd.DataFrame, frame: pd.DataFrame) -> pd.DataFrame:
+    """``failed`` with the reason of each run a later run resumed (``fedrun.resumed_from``) saying so: a run stopped
+    and continued under new params (more epochs) is one run in two records, not a failure beside a result."""
+    if "resumed_from" not in frame or failed.empty:
+        return failed
+    later = {str(earlier): run_id for earlier, run_id in zip(frame["resumed_from"], frame["run_id"])
+             if isinstance(earlier, str) and earlier}
+    resumed = failed["run_id"].isin(later.keys())
+    if not resumed.any():
+        return failed
+    failed = failed.copy()
+    failed.loc[resumed, "reason"] = [f"stopped, then resumed as run {later[run_id]}, which carries its results"
+                                     for run_id in failed.loc[resumed, "run_id"]]
+    return failed
 
 
 def unfinished_lines(failed: pd.DataFrame) -> list[str]:
@@ -352,9 +372,26 @@ def log_children_datasets(client: MlflowClient, parent: Run) -> None:
         client.log_inputs(parent.info.run_id, datasets=list(inputs.values()))
 
 
+def report_folder(sweep_dir: Path) -> int:
+    from fedrun.app.sweep_folder import folder_report
+
+    if not sweep_dir.is_dir():
+        print(f"fedrun-report: --folder: {sweep_dir} is not a folder", file=sys.stderr)
+        return 2
+    try:
+        print(folder_report(sweep_dir))
+    except ValueError as error:
+        print(f"fedrun-report: --folder: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fedrun-report", description=__doc__.splitlines()[0])
-    parser.add_argument("experiment", help="MLflow experiment name (e.g. the dataset name, or a preset's name)")
+    parser.add_argument("experiment", nargs="?",
+                        help="MLflow experiment name (e.g. the dataset name, or a preset's name)")
+    parser.add_argument("--folder", type=Path, default=None,
+                        help="a sweep's folder (hydra.sweep.dir): each job's outcome read from it alone, no store")
     parser.add_argument("--uri", default=None, help="tracking URI (default: $MLFLOW_TRACKING_URI or outputs/mlflow.db)")
     parser.add_argument("--metrics", nargs="+", default=DEFAULT_METRICS, help="final metrics to tabulate")
     parser.add_argument("--out", default="outputs/reports", help="folder for the CSV and Markdown files")
@@ -362,6 +399,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="CSV file of earlier runs: merged with the store's runs, then rewritten with all of them")
     add_borrow_argument(parser)
     args = parser.parse_args(argv)
+    if args.folder is not None:
+        return report_folder(args.folder)
+    if args.experiment is None:
+        parser.error("name an experiment, or a sweep's folder with --folder")
 
     client = open_client(args.uri or default_uri())
     try:

@@ -46,6 +46,12 @@ def check_run(dataset: str, split: Split, backbone: Backbone, sim: SimConfig, me
     largest = int(split.train.user_counts().max())
     check(negatives < split.n_items, "method.num_negatives", negatives,
           f"fewer than the catalogue's {split.n_items} items")
+    candidates = split.n_items - largest  # the fewest items a client does not hold
+    if negatives > candidates > 0:
+        log.warning(
+            "method.num_negatives=%d is more than the %d items the largest client of %s does not hold: its negatives "
+            "repeat (each is drawn with replacement), and each local step scores %d items per positive", negatives,
+            candidates, dataset, 1 + negatives)
     if negatives and largest >= split.n_items:
         raise DataError(f"A client of {dataset} has every item as a positive ({largest} rows, {split.n_items} "
                         "items): no negatives can be drawn for it. Filter it out (dataset.min_user_count / dedup).")

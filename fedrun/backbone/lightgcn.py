@@ -38,6 +38,8 @@ from fedrun.backbone.mf import MF
 from fedrun.data.client_store import ClientStore
 from fedrun.errors import check
 
+MAX_LAYERS = 8  # twice the deepest LightGCN studies (its Table 2: 1-4 layers)
+
 
 @dataclass
 class LightGCNConfig(BackboneConfig):
@@ -48,7 +50,9 @@ class LightGCNConfig(BackboneConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(self.layers >= 0, "layers", self.layers, "an integer >= 0")
+        check(0 <= self.layers <= MAX_LAYERS, "layers", self.layers,
+              f"an integer in [0, {MAX_LAYERS}]: LightGCN studies 1-4; a mean over many more layers is each "
+              "embedding averaged over its whole connected component (over-smoothing), no longer the model")
         check(self.neighbors >= 0, "neighbors", self.neighbors, "an integer >= 0 (0: every neighbour)")
 
 

@@ -36,6 +36,38 @@ def claim(folder: str) -> str:
             candidate = base.with_name(f"{base.name}-{number}")
 
 
+OUTPUT_FIELDS = ("hydra.run.dir", "hydra.sweep.dir")  # where Hydra creates a run's or a sweep's folder
+DEFAULT_ROOT = "outputs"  # where conf/config.yaml puts them
+
+
+def why_not_creatable(folder: str) -> str | None:
+    """Why this user cannot create ``folder`` (its nearest existing ancestor is a file, or not writable), or None."""
+    path = Path(folder).expanduser().absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable by this user"
+    return None
+
+
+def check_output_folders(overrides: list[str]) -> None:
+    """Before Hydra runs: the output folder a command's overrides name (``hydra.run.dir=…``, ``hydra.sweep.dir=…``),
+    or the default ``outputs/`` under the working directory, can be created — else a named error instead of Hydra's
+    ``OSError`` traceback. A value built from interpolations is left to Hydra."""
+    from fedrun.errors import ConfigError
+
+    named = {}
+    for override in overrides:
+        key, _, value = override.lstrip("+").partition("=")
+        if key in OUTPUT_FIELDS and value and "${" not in value:
+            named[key] = value
+    for field, folder in (named or {"hydra.run.dir (its default, under the working directory)": DEFAULT_ROOT}).items():
+        why = why_not_creatable(folder)
+        if why is not None:
+            raise ConfigError(field, folder, f"a folder this user can create: {why}")
+
+
 def register() -> None:
     """Make ``${fedrun_claim:…}`` known to OmegaConf (idempotent; cached per config, like Hydra's ``now``)."""
     if not OmegaConf.has_resolver(RESOLVER):

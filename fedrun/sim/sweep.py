@@ -191,7 +191,8 @@ class StopOnSignal(Callback):
         if failed:  # after the report (Hydra ends the callbacks in reverse order): a script sees the failure
             first = min(failed)
             print(f"fedrun: {len(failed)} job(s) of the sweep failed ({', '.join(map(str, sorted(failed)))}); each "
-                  f"run the store took is FAILED with its reason. Job {first}: {failed[first].splitlines()[0]}",
+                  f"run the store took is FAILED with its reason. Job {first}: {failed[first].splitlines()[0]}. Every "
+                  f"job's outcome, with no store: fedrun-report --folder {config.hydra.sweep.dir}",
                   file=sys.stderr)
             sys.exit(1)
 

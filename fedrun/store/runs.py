@@ -25,6 +25,7 @@ CHECKPOINT_DIR = "checkpoint"
 MAX_NAME = 256  # MLflow's experiment names: a 256-character column in its SQL stores
 FAILURE_REASON = "fedrun.failure_reason"  # why a FAILED or KILLED run stopped
 EARLIER_STOPS = "fedrun.earlier_stops"  # a resumed run's earlier stops, one per line
+RESUMED_FROM = "fedrun.resumed_from"  # a continuation recorded as a new run (its params changed): the run it resumed
 
 
 def check_experiment_name(field: str, name: object) -> None:
@@ -174,12 +175,13 @@ def end_orphaned_jobs(sweep_dir: str | Path, reason: str) -> int:
     return ended
 
 
-def end_abandoned_runs(client, experiment: str) -> list[str]:
-    """Mark KILLED, with the reason, the runs of ``experiment`` still RUNNING whose process on this machine is
-    gone (``fedrun.store.liveness``); the names of the runs so marked, each also logged. Tidying others' runs
-    never stops this one: a store that fails here is reported in one line and the run goes on."""
+def end_abandoned_runs(client, experiment: str, found_by: str = "the next run in this experiment") -> list[str]:
+    """Mark KILLED, with the reason, the runs of ``experiment`` (an id) still RUNNING whose process on this machine
+    is gone (``fedrun.store.liveness``); the names of the runs so marked, each also logged. ``found_by``: who
+    noticed, for the reason. Tidying others' runs never stops this one (a run, a report): a store that fails here
+    is reported in one line and the caller goes on."""
     try:
-        return _end_abandoned_runs(client, experiment)
+        return _end_abandoned_runs(client, experiment, found_by)
     except Exception as err:  # MlflowException, SQL errors, an artifact store that does not answer
         logging.getLogger("fedrun").warning("Could not check this experiment's runs left RUNNING: %s",
                                             str(err).strip().splitlines()[0][:300] if str(err).strip() else
@@ -187,7 +189,7 @@ def end_abandoned_runs(client, experiment: str) -> list[str]:
         return []
 
 
-def _end_abandoned_runs(client, experiment: str) -> list[str]:
+def _end_abandoned_runs(client, experiment: str, found_by: str) -> list[str]:
     ended = []
     for run in client.search_runs([experiment], "attributes.status = 'RUNNING'", max_results=1000):
         gone = gone_reason(run.data.tags)
@@ -196,7 +198,7 @@ def _end_abandoned_runs(client, experiment: str) -> list[str]:
         has_checkpoint = bool(client.list_artifacts(run.info.run_id, CHECKPOINT_DIR))
         resume = (f"resume it with sim.resume={run.info.run_id}" if has_checkpoint else
                   "it logged no checkpoint (sim.checkpoint_every) to resume from")
-        reason = f"abandoned: {gone}; found by the next run in this experiment; {resume}"
+        reason = f"abandoned: {gone}; found by {found_by}; {resume}"
         client.set_tag(run.info.run_id, FAILURE_REASON, reason)
         client.set_terminated(run.info.run_id, status="KILLED")
         name = run.data.tags.get("mlflow.runName", run.info.run_id)

@@ -119,3 +119,16 @@ def test_two_sweeps_started_in_the_same_second_keep_their_own_folders():
         assert len(runs) == 2 and {r.data.tags["mlflow.parentRunId"] for r in runs} == {parent.info.run_id}
         tags |= {r.data.tags["fedrun.sweep"] for r in runs}
     assert len(tags) == 2  # each sweep's jobs under its own parent, from its own folder
+
+
+def test_a_sweep_whose_tracking_server_is_down_says_so_and_its_folder_keeps_every_outcome(tmp_path):
+    """Issue #68 (2): with the store unreachable every job fails in one named line, each outcome is in the sweep
+    folder, the sweep exits 1 naming the failed jobs, and ``fedrun-report --folder`` reports them without a store."""
+    folder = tmp_path / "sweep"
+    result = fedrun("-m", *QUICK, "method=pop", "sim.seed=1,2", "track=mlflow", "track.uri=http://127.0.0.1:9",
+                    f"hydra.sweep.dir={folder}")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "2 job(s) of the sweep failed (0, 1)" in result.stderr and f"--folder {folder}" in result.stderr
+    report = subprocess.run([REPORT, "--folder", str(folder)], capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
+    assert "2 jobs (2 failed)" in report.stdout and report.stdout.count("a tracking server that answers") == 2
