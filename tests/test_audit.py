@@ -357,3 +357,14 @@ def test_the_sign_of_an_uploaded_row_says_what_its_id_does_not(overrides):
 def test_ciphertexts_leave_the_sign_attack_nothing():
     _, env, auditor = audited([*RATED, "method=fedmf", "sim.clients_per_round=all"], rounds=2)
     assert "audit_sign_auc" not in auditor.score(env.train)
+
+
+def test_fedrecpp_denoises_the_sum_not_what_each_client_sends():
+    """FedRec++'s ordinary clients upload FedRec's rows, virtual ratings included: the rating attack reads them
+    blurred, as FedRec's at the same ρ, though the model equals FedRec with ρ = 0 (at ρ = 0 the attack is exact)."""
+    rho = [*RATED, "method.rho=1", "sim.clients_per_round=all"]
+    _, env, fedrec = audited([*rho, "method=fedrec"], rounds=3)
+    _, _, fedrecpp = audited([*rho, "method=fedrecpp", "method.denoisers=2"], rounds=3)
+    plain, denoised = fedrec.score(env.train), fedrecpp.score(env.train)
+    assert 0.9 < denoised["audit_rating_coverage"] < 1.0  # the denoisers' own rows reach the server only summed
+    assert denoised["audit_rating_mae"] > 1e-2 and plain["audit_rating_mae"] > 1e-2

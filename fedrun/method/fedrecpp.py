@@ -36,6 +36,7 @@ from typing import cast
 
 import torch
 
+from fedrun.audit.base import MFStep, ServerView
 from fedrun.backbone.base import PrivateParams, PublicParams
 from fedrun.core import hashrng
 from fedrun.core.seeding import derive_seed, generator
@@ -214,6 +215,13 @@ class FedRecPP(FederatedMethod):
         return {"lr_schedule": f"{self.config.lr}*{self.config.lr_decay}^round", "n_denoisers": self.n_denoisers}
 
     # -- server side -----------------------------------------------------------------------------
+    def server_view(self, ctx: RoundContext) -> ServerView:
+        """An ordinary client's uploads are FedRec's explicit-MF gradients at γ_t (Eq. 4), its sampled items' virtual
+        ratings included: the denoising removes their noise from the sum, not from what each client sends. The
+        denoisers' Eq. 9 sums are no client's gradient (the audit is handed the clients' own uploads)."""
+        step = cast(FedRecPPClient, self.client).rating.lr_at(ctx.round)
+        return ServerView(self.public, mf_step=MFStep(step, self.env.backbone.config.l2))
+
     def observe_uploads(self, uploads: Uploads, senders: torch.Tensor, ctx: RoundContext) -> dict[str, float]:
         """The traffic, unless the relay counts it."""
         return communication(uploads) if self.n_denoisers == 0 else {}
