@@ -329,6 +329,7 @@ def test_the_rows_direction_tells_a_clients_items_from_its_negatives_once_it_has
     metrics = inference.score(store_of(torch.zeros(3, 40, dtype=torch.bool).index_put_(
         (torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 2]), torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, 8])), torch.tensor(True))))
     assert metrics["audit_sign_precision"] > 0.9 and metrics["audit_sign_item_recall"] == 1.0
+    assert metrics["audit_line_auc"] == pytest.approx(0.5, abs=0.02)  # every row on its line: distance tells nothing
 
 
 def test_the_pooled_auc_equals_a_brute_force_count():

@@ -22,6 +22,9 @@ A row scoring above 0 is guessed to be one of the client's items. Metrics, again
     ids alone, which guess every uploaded row (precision ``audit_round_precision``, recall 1);
   - ``audit_sign_auc``: AUC of the oriented cosine, the client's items against the other uploaded rows, pooled
     over rows (0.5: the direction says nothing);
+  - ``audit_line_auc``: AUC of |cos|, the rows on the client's line against those off it. Where the client's own rows
+    are on the line and the others are not, the distance tells them apart whatever the side: FedRec's virtual ratings
+    are the client's predictions, so their residual, the row's component along the line, is near 0;
   - ``audit_sign_item_precision`` / ``_recall``: one guess per (client, item) uploaded: the mean oriented cosine
     over its rounds above 0; recall is over all of the clients' items.
 The attack assumes nothing about the method. Where the rows are not on one line (NCF's rows mix the MLP's
@@ -106,6 +109,7 @@ class SignMembershipInference:
             "audit_sign_precision": hits / max(float(guessed.sum()), 1.0),
             "audit_sign_recall": hits / max(float(member.sum()), 1.0),
             "audit_sign_auc": pooled_auc(scores, member),
+            "audit_line_auc": pooled_auc(scores.abs(), member),
             "audit_sign_item_precision": item_hits / max(float(item_guess.sum()), 1.0),
             "audit_sign_item_recall": item_hits / max(float(true_keys.numel()), 1.0),
         }
