@@ -5,8 +5,8 @@ changes no training number, so both come from one run), each beside its baseline
 Panels (each family's protected upload and the attack that reads it):
   - **FedCL** (GRU4Rec, ml-100k): LDP ε on the uploaded user embedding; the server ranks the catalogue with it and
     guesses the held-out next item (recall@20 against popularity and chance);
-  - **FedAvg-MF** (ml-100k, 2 epochs): LDP ε on every uploaded item row; the server reads each row's membership from
-    its sign (attack 4's precision against the ids alone);
+  - **FedAvg-MF** (ml-100k, 20 epochs, the privacy-utility runs' budget): LDP ε on every uploaded item row; the
+    server reads each row's membership from its sign (attack 4's precision against the ids alone);
   - **FedGNN** (Yelp, Table 4's setting): the Laplace scale λ of the shared embedding, at ε = 2δ/λ per coordinate;
     the server ranks the catalogue with the shared vector and guesses the training items.
 ε = ∞ is the run without noise (FedGNN: the L∞ clip alone, λ = 1e-6), drawn at the right edge.
@@ -63,8 +63,9 @@ PANELS = (
           "ndcg_at_10", "audit_shared_heldout_recall_at_20", "held-out item guessed from the vector (recall@20)",
           (("audit_shared_heldout_popularity_recall_at_20", "popularity"), ("audit_shared_random_recall_at_20",
                                                                              "random"))),
-    Panel("FedAvg-MF, ml-100k, 2 epochs: LDP on the uploaded item rows",
+    Panel("FedAvg-MF, ml-100k, 20 epochs: LDP on the uploaded item rows",
           lambda f: ((param(f, "choices.method") == "fedavg") & (param(f, "choices.backbone") == "mf")
+                     & (param(f, "sim.epochs") == "20")
                      & (is_clear(f) | param(f, "privacy.targets").str.contains("item_rows"))
                      & f.get("metric:audit_sign_precision", pd.Series(index=f.index, dtype=float)).notna()),
           "ndcg_at_10", "audit_sign_precision", "items told from negatives by the rows' signs (precision)",
