@@ -279,6 +279,10 @@ def test_the_report_gives_the_audited_runs_leakage_over_seeds_and_leaves_unaudit
     section = audit_section(pd.DataFrame([run(1, "server", 0.9), run(2, "server", 0.8), run(1, "none", None)]))
     assert "| fedrec | pmf      | ml-100k | 2    | 0.8500 ± 0.0707 |" in section
     assert audit_section(pd.DataFrame([run(1, "none", None)])) == ""
+    # runs that differ only in what the audit looked at are one row: the audit changes no training number
+    attacks = [{**run(1, "server", 0.9), "param:audit.attacks": "[rated_set]"},
+               {**run(2, "server", 0.8), "param:audit.attacks": "[rated_set, membership]"}]
+    assert "| fedrec | pmf      | ml-100k | 2    | 0.8500 ± 0.0707 |" in audit_section(pd.DataFrame(attacks))
 
 
 @pytest.mark.parametrize("option", federated_options())

@@ -132,7 +132,8 @@ def draw(frame: pd.DataFrame, out: Path) -> Path:
         axis.errorbar(x, found[column + " mean"], yerr=found[column + " std"].fillna(0), color="tab:blue",
                       marker="o", label=f"test {panel.utility} (utility)")
         axis.set_xscale("log")
-        axis.set_xlabel("ε (per coordinate)" if "λ" in panel.title else "ε per upload" + "  (right edge: no noise)")
+        unit = "ε per coordinate" if "λ" in panel.title else "ε per upload"
+        axis.set_xlabel(f"{unit}  (right edge: no noise)")
         axis.set_ylabel(f"test {panel.utility}", color="tab:blue")
         leak = axis.twinx()
         column = f"metric:{panel.leakage}"
@@ -145,7 +146,7 @@ def draw(frame: pd.DataFrame, out: Path) -> Path:
         leak.set_ylim(bottom=0)
         lines = axis.get_legend_handles_labels()[0] + leak.get_legend_handles_labels()[0]
         labels = axis.get_legend_handles_labels()[1] + leak.get_legend_handles_labels()[1]
-        axis.legend(lines, labels, fontsize=7, loc="lower left")
+        axis.legend(lines, labels, fontsize=7, loc="best", framealpha=0.6)
     figure.tight_layout()
     path = out / "privacy-utility-leakage.png"
     figure.savefig(path, dpi=120)
