@@ -75,7 +75,7 @@ def overrides(draw):
 EXAMPLES = int(os.environ.get("FEDRUN_FUZZ_EXAMPLES", 0))
 
 
-@settings(max_examples=EXAMPLES or 80, derandomize=not EXAMPLES, deadline=None,
+@settings(max_examples=EXAMPLES or 60, derandomize=not EXAMPLES, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(overrides())
 def test_every_run_finishes_or_fails_cleanly(extra):
