@@ -172,6 +172,7 @@ def test_privrec_accounts_each_clients_rounds_and_keeps_the_count_in_its_checkpo
     assert stats[-1]["dp_delta"] == 1e-6
     restored, _ = make_method(noisy)
     restored.load_state_dict(method.state_dict())
-    assert torch.equal(restored.server.releases, method.server.releases) and int(restored.server.releases.max()) == 3
+    releases = restored.ledgers["dp_releases"]
+    assert torch.equal(releases, method.ledgers["dp_releases"]) and int(releases.max()) == 3
     quiet, _ = make_method(PRIVREC + ["method.noise=0", "sim.clients_per_round=all"])
     assert "dp_epsilon_spent_max" not in round_of(quiet).train_round(0).extra

@@ -56,6 +56,7 @@ def test_orphaned_jobs_of_a_sweep_are_marked_killed_with_the_reason(tmp_path):
 
 def test_a_sweep_folder_tells_each_jobs_outcome_without_a_store(tmp_path):
     """Finished (its results table), failed (its reason), or neither (killed before it could say so)."""
+    from fedrun.app.report import DEFAULT_METRICS
     from fedrun.app.sweep_folder import folder_report
     from fedrun.sim.sweep import record_failed_job
 
@@ -65,7 +66,7 @@ def test_a_sweep_folder_tells_each_jobs_outcome_without_a_store(tmp_path):
     (tmp_path / "0" / "last_run.md").write_text("# pop\n\n| metric | test | floor |\n|---|---|---|\n"
                                                 "| hr_at_10 | 0.1234 | 0.1234 |\n")
     record_failed_job(tmp_path, 1, "sim.local_epochs=0 is not allowed\nmore")
-    text = folder_report(tmp_path)
+    text = folder_report(tmp_path, DEFAULT_METRICS)
     assert "3 jobs (1 finished, 1 failed, 1 unknown)" in text and "Common to every job: method=pop" in text
     assert "| 0   | sim.seed=1 | FINISHED | hr_at_10 0.1234" in text
     assert "| 1   | sim.seed=2 | FAILED   | sim.local_epochs=0 is not allowed " in text

@@ -383,7 +383,7 @@ def report_folder(sweep_dir: Path) -> int:
         print(f"fedrun-report: --folder: {sweep_dir} is not a folder", file=sys.stderr)
         return 2
     try:
-        print(folder_report(sweep_dir))
+        print(folder_report(sweep_dir, DEFAULT_METRICS))
     except ValueError as error:
         print(f"fedrun-report: --folder: {error}", file=sys.stderr)
         return 2

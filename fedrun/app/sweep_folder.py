@@ -11,6 +11,7 @@ Its overrides are Hydra's ``<job>/.hydra/overrides.yaml``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +31,7 @@ class JobOutcome:
     detail: str  # the headline test metric, the reason, or why there is none
 
 
-def test_metrics(table: str) -> dict[str, str]:
+def table_metrics(table: str) -> dict[str, str]:
     """metric → test value from a ``last_run.md`` table (``| metric | test | ... |`` rows)."""
     metrics = {}
     for line in table.splitlines():
@@ -40,17 +41,15 @@ def test_metrics(table: str) -> dict[str, str]:
     return metrics
 
 
-HEADLINE = ("hr_at_10", "ndcg_at_10", "recall_at_20", "ndcg_at_20", "mae", "rmse")  # the first a job logged
-
-
-def headline(metrics: dict[str, str]) -> str:
-    for name in HEADLINE:
+def headline(metrics: dict[str, str], preferred: Sequence[str]) -> str:
+    """The first of ``preferred`` (``test_…`` names, the report's defaults) the job's table holds."""
+    for name in (m.removeprefix("test_") for m in preferred):
         if name in metrics:
             return f"{name} {metrics[name]}"
     return next((f"{k} {v}" for k, v in metrics.items()), "results table without metrics")
 
 
-def outcomes(sweep_dir: Path) -> list[JobOutcome]:
+def outcomes(sweep_dir: Path, preferred: Sequence[str]) -> list[JobOutcome]:
     failed = failed_jobs(sweep_dir)
     jobs = sorted({int(p.name) for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()} | set(failed))
     found = []
@@ -62,16 +61,17 @@ def outcomes(sweep_dir: Path) -> list[JobOutcome]:
             found.append(JobOutcome(job, overrides, "FAILED", failed[job].splitlines()[0]))
         elif (folder / LAST_RUN).exists():
             table = (folder / LAST_RUN).read_text()
-            found.append(JobOutcome(job, overrides, "FINISHED", headline(test_metrics(table))))
+            found.append(JobOutcome(job, overrides, "FINISHED", headline(table_metrics(table), preferred)))
         else:
             found.append(JobOutcome(job, overrides, "UNKNOWN", "no outcome recorded: killed before it could say so, "
                                                                "or still running"))
     return found
 
 
-def folder_report(sweep_dir: Path) -> str:
-    """The sweep's jobs, one row each: the overrides that differ between them, the status and its detail."""
-    found = outcomes(sweep_dir)
+def folder_report(sweep_dir: Path, preferred: Sequence[str]) -> str:
+    """The sweep's jobs, one row each: the overrides that differ between them, the status and its detail (a
+    finished job's first metric of ``preferred``)."""
+    found = outcomes(sweep_dir, preferred)
     if not found:
         raise ValueError(f"{sweep_dir} holds no job folders: not a sweep's folder (hydra.sweep.dir)")
     shared = set.intersection(*(set(o.overrides) for o in found)) if all(o.overrides for o in found) else set()

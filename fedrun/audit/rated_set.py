@@ -44,9 +44,9 @@ class RatedSetInference:
     def times_uploaded(self, users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
         """[N] the rounds observed so far in which client ``users[n]`` uploaded item ``items[n]``."""
         keys = users * self.n_items + items
-        slot = torch.searchsorted(self.keys, keys).clamp_max(max(self.keys.numel() - 1, 0))
         if self.keys.numel() == 0:
             return torch.zeros_like(keys)
+        slot = torch.searchsorted(self.keys, keys).clamp_max(self.keys.numel() - 1)
         return torch.where(self.keys[slot] == keys, self.counts[slot], 0)
 
     def score(self, truth: ClientStore, blind: bool = False) -> dict[str, float]:

@@ -20,6 +20,7 @@ from typing import cast
 
 import torch
 
+from fedrun.audit.base import MFStep
 from fedrun.backbone.base import PrivateParams
 from fedrun.core.seeding import derive_seed
 from fedrun.data.negatives import sample_unrated
@@ -67,6 +68,10 @@ class RatingStep:
 
     def lr_at(self, round_index: int) -> float:
         return self.config.lr * self.config.lr_decay ** round_index
+
+    def mf_step(self, round_index: int) -> MFStep:
+        """The public constants of this round's uploads, −γ_t((u'·v_i − r_ui)u' + λv_i): what an audit needs."""
+        return MFStep(self.lr_at(round_index), self.env.backbone.config.l2)
 
     def unrated_counts(self, batch: ClientBatch) -> torch.Tensor:
         """[B] how many unrated items each client samples: ⌊ρ|I_u|⌋, at most its unrated items."""

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedrun.audit.base import MFStep, ServerView
+from fedrun.audit.base import ServerView
 from fedrun.backbone.base import PublicParams
 from fedrun.errors import check, check_choice
 from fedrun.kernels.rows import LOCAL, RowReducer
@@ -108,8 +108,7 @@ class FedMF(FederatedMethod):
         encrypted = self.config.encryption != "none"
         hidden_values = f"ciphertexts (encryption={self.config.encryption})" if encrypted else None
         hidden_ids = "FullText uploads a row for every item" if encrypted and self.config.mode == "full" else None
-        step = MFStep(self.client.rating.lr_at(ctx.round), self.env.backbone.config.l2)
-        return ServerView(self.public, hidden_ids, hidden_values, step)
+        return ServerView(self.public, hidden_ids, hidden_values, self.client.rating.mf_step(ctx.round))
 
     def traffic(self, rows: torch.Tensor, uploads: Uploads | None) -> Traffic:
         """The round's traffic is the ciphertexts (and ids in PartText), not the float32 rows; ``encryption=none``:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedrun.audit.base import MFStep, ServerView
+from fedrun.audit.base import ServerView
 from fedrun.backbone.base import PublicParams
 from fedrun.kernels.server_opt import ServerOptimizerConfig
 from fedrun.method._rating import UNREAD, RatingClient, RatingConfig, communication
@@ -59,7 +59,7 @@ class FedRec(FederatedMethod):
     # -- server side -----------------------------------------------------------------------
     def server_view(self, ctx: RoundContext) -> ServerView:
         """The uploads are explicit-MF gradients at the round's γ_t (Eq. 3), the sampled items' included."""
-        return ServerView(self.public, mf_step=MFStep(self.client.rating.lr_at(ctx.round), self.env.backbone.config.l2))
+        return ServerView(self.public, mf_step=self.client.rating.mf_step(ctx.round))
 
     def observe_uploads(self, uploads: Uploads, senders: torch.Tensor, ctx: RoundContext) -> dict[str, float]:
         """The traffic in latent vectors (the paper's unit)."""

@@ -36,7 +36,7 @@ from typing import cast
 
 import torch
 
-from fedrun.audit.base import MFStep, ServerView
+from fedrun.audit.base import ServerView
 from fedrun.backbone.base import PrivateParams, PublicParams
 from fedrun.core import hashrng
 from fedrun.core.seeding import derive_seed, generator
@@ -219,8 +219,7 @@ class FedRecPP(FederatedMethod):
         """An ordinary client's uploads are FedRec's explicit-MF gradients at γ_t (Eq. 4), its sampled items' virtual
         ratings included: the denoising removes their noise from the sum, not from what each client sends. The
         denoisers' Eq. 9 sums are no client's gradient (the audit is handed the clients' own uploads)."""
-        step = cast(FedRecPPClient, self.client).rating.lr_at(ctx.round)
-        return ServerView(self.public, mf_step=MFStep(step, self.env.backbone.config.l2))
+        return ServerView(self.public, mf_step=cast(FedRecPPClient, self.client).rating.mf_step(ctx.round))
 
     def observe_uploads(self, uploads: Uploads, senders: torch.Tensor, ctx: RoundContext) -> dict[str, float]:
         """The traffic, unless the relay counts it."""

@@ -33,7 +33,7 @@ accountant would count the same releases; its δ is not stated (1e-5 here, an op
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence, cast
+from typing import Sequence, cast
 
 import torch
 
@@ -90,17 +90,9 @@ class NoisyMeanServer(OptimizerServer):
     outer step (SGD at ``server_lr``). ``sigma`` = z·S, the noise std on the sum; ``seed``: the run's,
     whose "dp_noise" stream draws each round's noise."""
 
-    def __init__(self, public: PublicParams, config: ServerOptimizerConfig, sigma: float, seed: int, n_users: int):
+    def __init__(self, public: PublicParams, config: ServerOptimizerConfig, sigma: float, seed: int):
         super().__init__(public, config)
         self.sigma, self.seed = sigma, seed
-        self.releases = torch.zeros(n_users, dtype=torch.int64)  # [U] the rounds each client's update entered
-
-    def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "releases": self.releases.clone()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self.releases.copy_(state["releases"])
 
     def step(self, aggregate: Aggregate, ctx: RoundContext) -> dict[str, float]:
         return super().step(self.noisy_mean(aggregate, ctx), ctx)
@@ -182,6 +174,7 @@ class PrivRec(FederatedMethod):
         require_rating_model(env, "privrec")
         self.scale = RatingScale.of_training(env, "privrec")
         super().__init__(config, env)
+        self.ledgers["dp_releases"] = torch.zeros(env.n_users, dtype=torch.int64)
 
     @classmethod
     def needs(cls, config: PrivRecConfig) -> Needs:
@@ -193,16 +186,16 @@ class PrivRec(FederatedMethod):
         start = torch.randn(dim, generator=generator(self.env.sim.seed, USER_INIT)) * self.env.backbone.config.init_std
         public.net[USER_INIT] = start.to(public.item)  # u₀, meta-learned with V
         return NoisyMeanServer(public, ServerOptimizerConfig("sgd", self.config.server_lr),
-                               self.config.noise * self.config.clip, self.env.sim.seed, self.env.n_users)
+                               self.config.noise * self.config.clip, self.env.sim.seed)
 
     def observe_uploads(self, uploads: Uploads, senders: torch.Tensor, ctx: RoundContext) -> dict[str, float]:
         """User-level DP accounting: each sender's update entered one Gaussian release of the round's sum."""
-        server = cast(NoisyMeanServer, self.server)
-        server.releases[senders.cpu()] += 1
+        releases = self.ledgers["dp_releases"]  # [U] the rounds each client's update entered (in the checkpoint)
+        releases[senders.cpu()] += 1
         if self.config.noise == 0:
             return {}  # no DP: nothing to account
-        return {"dp_epsilon_spent_max": gaussian_epsilon(int(server.releases.max()), self.config.noise,
-                                                         self.config.delta), "dp_delta": self.config.delta}
+        return {"dp_epsilon_spent_max": gaussian_epsilon(int(releases.max()), self.config.noise, self.config.delta),
+                "dp_delta": self.config.delta}
 
     def make_client(self, private: PrivateParams) -> PrivRecClient:
         return PrivRecClient(self.config, self.env, private, self.server, self.scale)

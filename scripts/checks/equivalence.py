@@ -96,7 +96,7 @@ class Recorder(Tracker):
 
 # the privacy accountants' per-client counts in a method's state (#65): bookkeeping beside the model, which a record
 # pins; their values are checked by the metrics they log (epsilon_*_spent_max)
-LEDGERS = ("ledgers", "releases", "shared_count")
+LEDGERS = ("ledgers", "shared_count")
 
 
 def state_digest(state) -> str:
