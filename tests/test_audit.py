@@ -239,9 +239,15 @@ def test_lightfr_grad_uploads_give_every_rating_away_in_one_round_and_para_uploa
     """LightFR's Agg_grad rows are (R − s)·b_u + α_d·d_i: their signs are the user's code and their size the
     residual, so one round gives the ratings exactly; Agg_para uploads code copies, which the attack cannot read."""
     lightfr = ["dataset.ratings=true", "method=lightfr", "sim.clients_per_round=all"]
-    _, env, auditor = audited(lightfr, rounds=1)
+    _, env, auditor = audited([*lightfr, "method.targets=scaled"], rounds=1)
     metrics = auditor.score(env.train)
     assert metrics["audit_rating_coverage"] == 1.0 and metrics["audit_rating_mae"] < 1e-6
+    # the authors' code's targets: only ratings above the midpoint leave the client, each to within the
+    # integer truncation of its target (one code unit = half a 1/f of the rating range)
+    method, env, auditor = audited(lightfr, rounds=1)
+    metrics = auditor.score(env.train)
+    half_step = (method.scale.high - method.scale.low) / (2 * env.backbone.config.dim)
+    assert 0 < metrics["audit_rating_coverage"] < 1 and metrics["audit_rating_mae"] <= half_step
     _, env, auditor = audited([*lightfr, "method.aggregation=para"], rounds=1)
     metrics = auditor.score(env.train)
     assert "audit_rating_mae" not in metrics and "audit_shared_clients" not in metrics

@@ -42,12 +42,24 @@ def oracle_dcd(code, partners, targets, self_weight, balance, max_sweeps):
     return code
 
 
-@pytest.mark.parametrize("rule,aggregation,stay", [("code", "grad", "clients"), ("code", "grad", "raters"),
-                                                   ("paper", "grad", "clients"), ("code", "para", "clients"),
-                                                   ("paper", "para", "clients")])
-def test_client_step_matches_per_client_per_bit_loop(rule, aggregation, stay):
+def oracle_targets(ratings, scale, bits, variant):
+    """Code-unit targets written out: R = f(2r − 1) on min-max scaled ratings; the authors' code
+    truncates R to an integer and trains only the ratings with R > 0 → (targets, kept) [P]."""
+    scaled = (ratings.double() - scale.low) / (scale.high - scale.low)
+    target = bits * (2 * scaled - 1)
+    if variant == "scaled":
+        return target, torch.ones_like(target, dtype=torch.bool)
+    target = torch.trunc(target)
+    return target, target > 0
+
+
+@pytest.mark.parametrize("rule,aggregation,stay,targets", [
+    ("code", "grad", "clients", "scaled"), ("code", "grad", "raters", "scaled"), ("paper", "grad", "clients", "scaled"),
+    ("code", "para", "clients", "scaled"), ("paper", "para", "clients", "scaled"), ("code", "grad", "clients", "code"),
+    ("code", "para", "clients", "code")])
+def test_client_step_matches_per_client_per_bit_loop(rule, aggregation, stay, targets):
     overrides = LIGHTFR + [f"method.rule={rule}", f"method.aggregation={aggregation}", "method.balance=0.002",
-                           f"method.item_stay={stay}"]
+                           f"method.item_stay={stay}", f"method.targets={targets}"]
     method, env = make_method(overrides)
     problem = method.client.problems(round_of(method).sampler.users(0), 0)[0]
     uploads, new_user, _ = unpack(method.client.step(problem))
@@ -55,16 +67,16 @@ def test_client_step_matches_per_client_per_bit_loop(rule, aggregation, stay):
     batch = problem.batch
     expected_rows = {}
     for b, u in enumerate(batch.users.tolist()):
-        items = batch.pos[b][batch.pos_mask[b]]
-        targets = method.client.targets(batch.ratings[b][batch.pos_mask[b]])
+        target, kept = oracle_targets(batch.ratings[b][batch.pos_mask[b]], method.scale, 16, targets)
+        items, target = batch.pos[b][batch.pos_mask[b]][kept], target[kept].float()
         D = method.public.item[items]
-        code = oracle_dcd(method.client.private.user[u], D, targets, w.user_self * items.numel(), w.balance, 10)
+        code = oracle_dcd(method.client.private.user[u], D, target, w.user_self * items.numel(), w.balance, 10)
         assert torch.equal(new_user[b].double(), code), f"client {u}"
         for j, i in enumerate(items.tolist()):
             if aggregation == "grad":  # Eq. 12
-                row = (targets[j] - float(code @ D[j].double())) * code + w.item_self * D[j].double()
+                row = (target[j] - float(code @ D[j].double())) * code + w.item_self * D[j].double()
             else:  # Eq. 11: the item copy's own DCD against the one user code
-                row = oracle_dcd(D[j], code[None].float(), targets[j:j + 1], w.item_self, w.balance, 10)
+                row = oracle_dcd(D[j], code[None].float(), target[j:j + 1], w.item_self, w.balance, 10)
             expected_rows[(b, i)] = row
     got = {(int(c), int(i)): r.double() for c, i, r in zip(uploads.row_client, uploads.row_item, uploads.row_delta)}
     assert got.keys() == expected_rows.keys()
@@ -124,7 +136,9 @@ def test_uploads_are_signs_and_communication_is_counted_in_bits(aggregation, res
     stats = round_of(method).train_round(0)
     f, m = env.backbone.config.dim, env.n_items
     users = round_of(method).sampler.users(0)
-    rated = env.train.sizes(users).double().mean()
+    batch = env.train.client_batch(users)
+    rated = (batch.pos_mask & method.client.trains(batch.ratings)).sum(1).double().mean()  # rows each client sends
+    assert rated < env.train.sizes(users).double().mean()  # targets=code: ratings at or under the midpoint stay home
     assert stats.bytes_down == m * f / 8
     assert stats.bytes_up == pytest.approx(float(rated) * (4 + f / 8 + residual_bytes))
     if aggregation == "para":
@@ -164,6 +178,7 @@ def test_faiss_and_torch_hamming_search_agree(n_items, bits, k):
     (["backbone.l2=0.01"], "backbone.l2"),
     (["method.rule=paper", "method.item_stay=raters"], "method.item_stay"),
     (["method.aggregation=para", "method.item_stay=raters"], "method.item_stay"),
+    (["method.targets=positive"], "method.targets"),
 ])
 def test_bad_settings_are_named(overrides, field):
     with pytest.raises(ConfigError) as err:
@@ -207,7 +222,8 @@ def eq19_code(code, item_codes, ratings01):
 
 
 def test_cold_start_clients_never_train_and_fit_codes_by_eq19():
-    method, env = make_method(LIGHTFR + ["method.cold_users=0.25", "sim.clients_per_round=0.5",
+    """Eq. 19 as printed fits every rating (targets=scaled); targets=code's selection is the client step's test."""
+    method, env = make_method(LIGHTFR + ["method.targets=scaled", "method.cold_users=0.25", "sim.clients_per_round=0.5",
                                          "sim.sampling=independent"])
     cold = torch.nonzero(method.cold).squeeze(1)
     assert cold.numel() == round(0.25 * env.clients_with_data().numel())
@@ -251,7 +267,7 @@ def eq21_codes(item_code, rater_codes, ratings01, max_rounds=10):
 
 
 def test_cold_start_items_are_withheld_and_coded_by_eq21():
-    method, env = make_method(LIGHTFR + ["method.cold_items=0.2", "sim.clients_per_round=0.5",
+    method, env = make_method(LIGHTFR + ["method.targets=scaled", "method.cold_items=0.2", "sim.clients_per_round=0.5",
                                          "sim.sampling=independent", "method.cold_users=0.1", CPU_ORACLE])
     cold = torch.nonzero(method.cold_item).squeeze(1)
     assert cold.numel() == round(0.2 * int((torch.bincount(env.train.items, minlength=env.n_items) > 0).sum()))

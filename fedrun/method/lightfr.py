@@ -32,6 +32,17 @@ leaves its sign unchanged), reads
 With ``rule=paper`` and λ = 0.6 the balance term outweighs the data term (|β| ≥ 4f²λ ≫ |Ω_u|·2f)
 and codes stop learning (docs/reproductions/lightfr.md); ``code`` is the default for that reason.
 
+``targets`` picks which ratings train (another open point: §4.1.1 splits "the positive samples" and
+never says which ratings are positive):
+  * ``code`` (default) — the authors' code stores R as an integer and treats a rating as observed only
+    where that integer is positive, so ratings at or below the scale's midpoint never enter a fit (on
+    FilmTrust 0.5–2.0 of 0.5–4, on 1–5 scales 1–3). Their code computes R on the split file's
+    0.01–1.01 scale, 0.02f above fedrun's min-max R; the set of ratings kept is the same on FilmTrust.
+  * ``scaled`` — every training rating enters the fit with its real-valued R.
+Run beside the authors' code on its own FilmTrust files, ``code`` reproduces both the code's and the
+paper's HR@10/NDCG@10 and ``scaled`` falls to the code's own level when the code is made to train on
+every rating (docs/reproductions/lightfr.md, "The authors' code as an oracle").
+
 Other choices: the server's data term uses the Δd the clients computed with D_t (the paper's
 matrix form, Eq. 16); the authors' code instead re-runs DCD sweeps at the server on raw ratings,
 which a server holding uploads only cannot do. The server still updates bits in order k = 1..f so
@@ -81,6 +92,7 @@ class LightFRConfig:
     rule: str = "code"  # code (the authors' public code) | paper (Eq. 9, 12, 16 as printed)
     max_sweeps: int = 10  # DCD sweeps over the f bits until no bit changes, at most this many
     item_stay: str = "clients"  # rule=code, grad: the server's stay term c·d_ik (the code) | 2λ|Ω_i^s|·d_ik
+    targets: str = "code"  # code: int(R), only R > 0 trains (the authors' code) | scaled: every rating, R = f(2r − 1)
     cold_users: float = 0.0  # fraction of clients never trained; they learn codes by Eq. 19 before ranking
     cold_items: float = 0.0  # fraction of rated items withheld from training; coded by Eq. 21 before ranking
 
@@ -90,6 +102,7 @@ class LightFRConfig:
         check_choice("rule", self.rule, ("code", "paper"))
         check(self.max_sweeps >= 1, "max_sweeps", self.max_sweeps, "an integer >= 1")
         check_choice("item_stay", self.item_stay, ("clients", "raters"))
+        check_choice("targets", self.targets, ("scaled", "code"))
         check(self.item_stay == "clients" or (self.rule == "code" and self.aggregation == "grad"), "item_stay",
               self.item_stay, "clients unless rule=code and aggregation=grad (the only server rule with a stay term)")
         check_fraction("cold_users", self.cold_users)
@@ -203,15 +216,26 @@ class LightFRClient(Client):
         self.scale, self.weights, self.cold, self.cold_item = scale, weights, cold, cold_item
 
     def targets(self, ratings: torch.Tensor) -> torch.Tensor:
-        """Ratings → code-unit targets R = f(2r − 1), r min-max scaled to [0, 1]."""
-        return self.env.backbone.config.dim * (2.0 * self.scale(ratings) - 1.0)
+        """Ratings → code-unit targets R = f(2r − 1), r min-max scaled to [0, 1]; ``targets=code``
+        truncates them to integers, as the authors' code stores them."""
+        target = self.env.backbone.config.dim * (2.0 * self.scale(ratings) - 1.0)
+        return target.trunc() if self.config.targets == "code" else target
+
+    def trains(self, ratings: torch.Tensor) -> torch.Tensor:
+        """Which ratings enter the fit: all (``targets=scaled``), or those with R > 0 (``targets=code``:
+        the authors' code marks a rating observed when its integer target is positive, so ratings at or
+        below the scale's midpoint are treated as unrated — FilmTrust's 0.5–2.0)."""
+        if self.config.targets == "scaled":
+            return torch.ones_like(ratings, dtype=torch.bool)
+        return self.targets(ratings) > 0
 
     def step(self, problem: LocalProblem) -> ClientResult:
         """Alg. 1 lines 13–22 for a bucket: E epochs of DCD on the user codes (and, Agg_para, on the local
         item copies); upload Eq. 12's rows (Agg_grad) or the updated copies (Agg_para)."""
         batch, w, config = problem.batch, self.weights, self.config
-        mask = batch.pos_mask & ~self.cold_item[batch.pos]  # [B, P] (cold-start items arrive after training)
-        target = self.targets(cast(torch.Tensor, batch.ratings)) * mask  # [B, P] (a rating model's batches)
+        ratings = cast(torch.Tensor, batch.ratings)  # [B, P] (a rating model's batches)
+        mask = batch.pos_mask & ~self.cold_item[batch.pos] & self.trains(ratings)  # [B, P] (cold items come later)
+        target = self.targets(ratings) * mask  # [B, P]
         items = self.public.item[batch.pos]  # [B, P, f] the downloaded D_t rows of the rated items
         user = self.private.user[batch.users]  # [B, f]
         n_rated = mask.sum(1).to(user.dtype)  # [B]
@@ -253,9 +277,10 @@ class LightFRClient(Client):
         """Eq. 18–19 on the clients ``users`` [U]: their codes fitted bit by bit to their training
         ratings against the current D (α = 1 per rating, no balance term) → [U, f]."""
         batch = self.env.train.client_batch(users)
-        mask = batch.pos_mask
+        ratings = cast(torch.Tensor, batch.ratings)  # [U, P]
+        mask = batch.pos_mask & self.trains(ratings)
         n_rated = mask.sum(1).to(self.public.item.dtype)
-        target = self.targets(cast(torch.Tensor, batch.ratings)) * mask  # [U, P]
+        target = self.targets(ratings) * mask  # [U, P]
         codes, _, _ = dcd_codes(self.private.user[users], self.public.item[batch.pos], target, mask, n_rated, 0.0,
                                 self.config.max_sweeps)
         return codes
@@ -323,7 +348,7 @@ class LightFR(FederatedMethod):
         users = torch.nonzero(~self.cold & (env.train.sizes() > 0)).squeeze(1)
         owner, _, items, ratings = env.train.flat(users)
         ratings = cast(torch.Tensor, ratings)  # LightFR fits ratings (RatingScale.of_training refused others)
-        keep = self.cold_item[items]
+        keep = self.cold_item[items] & self.client.trains(ratings)
         raters, items, target = users[owner[keep]], items[keep], self.client.targets(ratings[keep])  # rows [R]
         codes = self.public.item.clone()
         for _ in range(self.config.max_sweeps):
