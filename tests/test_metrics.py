@@ -160,3 +160,53 @@ def test_sampled_negatives_must_fit_beside_the_busiest_users_items():
     Sampled(SampledConfig(ks=[1], num_negatives=allowed), split, torch.device("cpu"), rating=False)
     with pytest.raises(ConfigError, match=rf"eval.num_negatives={allowed + 1} .* at most {allowed}"):
         Sampled(SampledConfig(ks=[1], num_negatives=allowed + 1), split, torch.device("cpu"), rating=False)
+
+
+def with_listed_negatives(split, count, seed=0):
+    """``split`` with ``count`` listed test negatives per test user (any items, as a split file may list them)."""
+    rng = np.random.default_rng(seed)
+    users = np.unique(split.test.user)
+    rows = Interactions(np.repeat(users, count), rng.integers(0, split.n_items, users.size * count),
+                        split.n_users, split.n_items)
+    return Split(split.train, None, split.test, split.protocol, {"test": rows})
+
+
+def test_listed_negatives_are_the_candidates_ranked():
+    """eval.negatives=split ranks each test target against exactly the negatives the split lists, in file order."""
+    split = with_listed_negatives(random_split(seed=5), 4)
+    scores = torch.arange(30, dtype=torch.float32).repeat(40, 1)
+    evaluator = Sampled(SampledConfig(ks=[100], metrics=["mrr"], num_negatives=4, negatives="split"), split,
+                        torch.device("cpu"), rating=False)
+    users = torch.nonzero(evaluator.stores["test"].sizes() > 0).squeeze(1)
+    listed = split.negatives["test"]
+    assert evaluator.negatives("test", users).tolist() == [listed.item[listed.user == u].tolist() for u in users]
+    want = []
+    targets, mask, _ = evaluator.stores["test"].gather(users)
+    for b, u in enumerate(users.tolist()):
+        negatives = listed.item[listed.user == u].tolist()
+        want += [1 / (1 + sum(1 for n in negatives if n >= t)) for t in targets[b][mask[b]].tolist()]
+    assert evaluator.evaluate(FixedScores(scores), "test")["mrr_at_100"] == pytest.approx(np.mean(want))
+
+
+def test_listed_negatives_are_refused_where_the_split_has_none_or_another_count():
+    cpu = torch.device("cpu")
+    with pytest.raises(ConfigError, match="eval.negatives='split' .*lists no negatives"):
+        Sampled(SampledConfig(ks=[1], num_negatives=4, negatives="split"), random_split(seed=5), cpu, rating=False)
+    with pytest.raises(ConfigError, match=r"eval.num_negatives=5 .*\[4\]"):
+        Sampled(SampledConfig(ks=[1], num_negatives=5, negatives="split"), with_listed_negatives(random_split(), 4),
+                cpu, rating=False)
+    with pytest.raises(ConfigError, match="eval.negatives='split' .*valid"):  # listed for test only
+        Sampled(SampledConfig(ks=[1], num_negatives=4, negatives="split"), with_listed_negatives(random_split(), 4),
+                cpu, rating=False).negatives("valid", torch.tensor([0]))
+    with pytest.raises(ConfigError, match="resample"):
+        SampledConfig(negatives="split", resample=True)
+
+
+def test_auto_takes_the_listed_negatives_where_a_split_lists_them_and_draws_elsewhere():
+    cpu = torch.device("cpu")
+    listed = Sampled(SampledConfig(ks=[1], num_negatives=4), with_listed_negatives(random_split(seed=5), 4), cpu,
+                     rating=False)
+    drawn = Sampled(SampledConfig(ks=[1], num_negatives=4), random_split(seed=5), cpu, rating=False)
+    assert listed.listed and not drawn.listed
+    assert not Sampled(SampledConfig(ks=[1], num_negatives=4, negatives="drawn"),
+                       with_listed_negatives(random_split(seed=5), 4), cpu, rating=False).listed

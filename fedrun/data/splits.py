@@ -21,6 +21,8 @@ class Split:
     valid: Interactions | None
     test: Interactions
     protocol: str
+    # the negatives a dataset's own split lists for sampled ranking, by part ("valid", "test"): rows (user, item)
+    negatives: dict[str, Interactions] | None = None
 
     @property
     def n_users(self) -> int:
@@ -109,5 +111,6 @@ def with_carved_valid(split: Split, valid_ratio: float, rng: np.random.Generator
     train = split.train
     rank, count = _rank_within_user(train.user, rng.random(len(train)), train.n_users)
     is_valid = rank >= count - np.floor(count * valid_ratio).astype(np.int64)
+    negatives = None if split.negatives is None else {"test": split.negatives["test"]}  # none for a carved part
     return Split(train.take(np.flatnonzero(~is_valid)), train.take(np.flatnonzero(is_valid)), split.test,
-                 split.protocol)
+                 split.protocol, negatives)

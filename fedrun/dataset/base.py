@@ -65,7 +65,8 @@ class Dataset:
     """A dataset option. Subclasses declare ``name``, ``files()`` and ``read()``.
 
     ``read`` returns either ``{"all": Interactions}`` or the dataset's own parts
-    (``train``/``valid``/``test``) for ``split.protocol=predefined``.
+    (``train``/``valid``/``test``) for ``split.protocol=predefined``, and beside them the sampled
+    negatives the split's files list, if any (``negatives/valid``, ``negatives/test``: user, item rows).
     """
 
     Config: ClassVar[type] = DatasetConfig
@@ -106,8 +107,11 @@ class Dataset:
 
     def load(self) -> Split:
         parts = self.load_parts()
-        parts = self._prepare(parts)
-        return self._split(parts)
+        negatives = {name.split("/", 1)[1]: parts.pop(name) for name in list(parts) if name.startswith("negatives/")}
+        cfg = self.config
+        if cfg.min_user_count or cfg.min_item_count:  # the filters renumber ids: the listed negatives would not match
+            negatives = {}
+        return self._split(self._prepare(parts), negatives or None)
 
     def _prepare(self, parts: dict[str, Interactions]) -> dict[str, Interactions]:
         cfg = self.config
@@ -123,11 +127,11 @@ class Dataset:
             parts = filtering.compact(parts)
         return parts
 
-    def _split(self, parts: dict[str, Interactions]) -> Split:
+    def _split(self, parts: dict[str, Interactions], negatives: dict[str, Interactions] | None = None) -> Split:
         cfg = self.config.split
         rng = np.random.default_rng(cfg.seed)
         if cfg.protocol == "predefined":
-            split = Split(parts["train"], parts.get("valid"), parts["test"], "predefined")
+            split = Split(parts["train"], parts.get("valid"), parts["test"], "predefined", negatives)
             return splits.with_carved_valid(split, cfg.valid_ratio, rng)
         data = _concat(list(parts.values()))
         if cfg.protocol == "loo":

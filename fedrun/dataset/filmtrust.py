@@ -3,8 +3,9 @@
 ``variant=full``: the original ratings (shipped cut into ``ratings_0..3.txt``; read together).
 ``variant=lightfr``: the LightFR code's own preprocessed split (1,002 users, ratings min-max
 rescaled to 0.01–1.01) with ``split.protocol=predefined``. Its validation/test files also
-list sampled negatives as rows rated 0.0; they are not interactions and are dropped here. Their
-ratings are on the raw 0.5–4 scale while the training file's are rescaled: they are mapped to the
+list 49 sampled negatives per user as rows rated 0.0; they are not interactions: they become the
+split's listed negatives (``eval.negatives=split`` ranks against them, as the authors' code does). The
+files' ratings are on the raw 0.5–4 scale while the training file's are rescaled: they are mapped to the
 training scale (0.5 → 0.01, 4 → 1.01) so rating metrics compare like with like.
 """
 
@@ -19,7 +20,7 @@ from fedrun.data.files import DataFile
 from fedrun.data.interactions import Interactions, reindex
 from fedrun.dataset._text import read_table
 from fedrun.dataset.base import Dataset, DatasetConfig
-from fedrun.errors import check_choice
+from fedrun.errors import DataError, check_choice
 
 URL = "https://guoguibing.github.io/librec/datasets/filmtrust.zip"
 FULL = [
@@ -61,16 +62,23 @@ class Filmtrust(Dataset):
         return FULL if self.config.variant == "full" else list(LIGHTFR.values())
 
     def _read_key(self) -> str:
-        return self.config.variant + ("-scaled" if self.config.variant == "lightfr" else "")
+        return self.config.variant + ("-scaled-negatives" if self.config.variant == "lightfr" else "")
 
     def read(self, paths: dict[str, Path]) -> dict[str, Interactions]:
         if self.config.variant == "full":
             table = np.concatenate([read_table(paths[spec.path], 3) for spec in FULL])
             return {"all": _ratings(table, table)}
-        tables = {part: read_table(paths[spec.path], 3, sep=",", skip_header=True) for part, spec in LIGHTFR.items()}
-        tables = {part: t if part == "train" else _to_training_scale(t[t[:, 2] > 0]) for part, t in tables.items()}
+        files = {part: read_table(paths[spec.path], 3, sep=",", skip_header=True) for part, spec in LIGHTFR.items()}
+        tables = {part: t if part == "train" else _to_training_scale(t[t[:, 2] > 0]) for part, t in files.items()}
         every = np.concatenate(list(tables.values()))
-        return {part: _ratings(t, every) for part, t in tables.items()}
+        for part, table in files.items():  # ids are numbered over the interactions: a negative must be among them
+            unknown = ~(np.isin(table[:, 0], every[:, 0]) & np.isin(table[:, 1], every[:, 1]))
+            if unknown.any():
+                raise DataError(f"{paths[LIGHTFR[part].path]}: {int(unknown.sum())} listed negatives name a user or "
+                                "item with no rating in the split; the file is not the LightFR code's")
+        negatives = {f"negatives/{part}": _ratings(t[t[:, 2] == 0], every)
+                     for part, t in files.items() if part != "train"}
+        return {**{part: _ratings(t, every) for part, t in tables.items()}, **negatives}
 
 
 def _to_training_scale(table: np.ndarray) -> np.ndarray:

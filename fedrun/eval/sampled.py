@@ -1,5 +1,8 @@
 """Sampled ranking: each target is ranked against N negatives drawn once per user from the
-items the user never interacted with (train, validation or test), fixed by ``seed``.
+items the user never interacted with (train, validation or test), fixed by ``seed`` — or, with
+``negatives=split`` (and ``auto``, the default, wherever a split lists them), against the negatives the
+dataset's own split files list (the LightFR code's FilmTrust split), so that a run ranks exactly the
+candidates the authors' code ranked.
 
 Only for comparing with papers that used it (LightFR: 49 negatives; NCF: 99). Ties are
 broken pessimistically (the target ranks after every tied negative) or uniformly at
@@ -11,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, cast
 
 import numpy as np
 import torch
@@ -33,6 +36,7 @@ class SampledConfig(EvalConfig):
     ties: str = "pessimistic"  # pessimistic | random
     seed: int = 0  # fixes the negatives and the random tie-breaks
     resample: bool = False  # draw the negatives afresh at every evaluation (the FedRecAttack code) | fixed once
+    negatives: str = "auto"  # auto: split where the split's files list negatives, else drawn | drawn | split
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -43,6 +47,9 @@ class SampledConfig(EvalConfig):
               f"cut-offs up to num_negatives = {self.num_negatives} with {'/'.join(sorted(hits))} (a cut-off of all "
               f"{self.num_negatives + 1} ranked candidates makes every hit 1)")
         check_choice("ties", self.ties, ("pessimistic", "random"))
+        check_choice("negatives", self.negatives, ("auto", "drawn", "split"))
+        check(not (self.resample and self.negatives == "split"), "resample", self.resample,
+              "false with negatives=split (the split lists one set of negatives)")
 
 
 class Sampled(Evaluator):
@@ -64,6 +71,8 @@ class Sampled(Evaluator):
               f"{split.n_items} items, and its negatives must be items it never interacted with")
         self._negatives: dict[str, torch.Tensor] = {}
         self._draws: dict[str, int] = defaultdict(int)  # evaluations of each part so far (resample)
+        self.listed = config.negatives == "split" or (config.negatives == "auto" and split.negatives is not None)
+        self._listed = listed_negatives(split, config.num_negatives) if self.listed else {}
 
     @contextmanager
     def aside(self) -> Iterator[None]:
@@ -76,6 +85,14 @@ class Sampled(Evaluator):
             self._draws, self._negatives = defaultdict(int, draws), negatives
 
     def negatives(self, part: str, users: torch.Tensor) -> torch.Tensor:
+        if self.listed:
+            listed = self._listed.get(part)
+            check(listed is not None, "eval.negatives", "split",
+                  f"a split whose files list {part} negatives (this split carved or lacks its {part} part's)")
+            chosen = cast(torch.Tensor, listed)[users.cpu()]  # [U, N]
+            check(bool((chosen >= 0).all()), "eval.negatives", "split",
+                  f"drawn: some user with {part} targets has no {part} negatives listed in the split's files")
+            return chosen.to(self.device)
         if self.config.resample:
             self._negatives.pop(part, None)
             self._draws[part] += 1
@@ -113,3 +130,23 @@ class Sampled(Evaluator):
         for name, values in flat.items():
             sums[name] = float(values.mean())
         return dict(sums)
+
+
+def listed_negatives(split, count: int) -> dict[str, torch.Tensor]:
+    """The negatives the split's files list, by part → [n_users, count] (a user without a listed row has -1s);
+    a named error unless every listing user has exactly ``count`` of them (``eval.num_negatives``)."""
+    check(split.negatives is not None, "eval.negatives", "split",
+          "drawn: this dataset's split lists no negatives (only filmtrust with dataset.variant=lightfr and "
+          "dataset.split.protocol=predefined does, with no count filter)")
+    table = {}
+    for part, rows in split.negatives.items():
+        per_user = np.bincount(rows.user, minlength=split.n_users)
+        listing = per_user[per_user > 0]
+        check(bool((listing == count).all()), "eval.num_negatives", count,
+              f"{sorted(set(listing.tolist()))}: the number of {part} negatives the split lists per user "
+              "(or eval.negatives=drawn to draw fedrun's own)")
+        order = np.lexsort((np.arange(len(rows)), rows.user))  # by user, file order within a user
+        items = np.full((split.n_users, count), -1, dtype=np.int64)
+        items[per_user > 0] = rows.item[order].reshape(-1, count)
+        table[part] = torch.from_numpy(items)
+    return table

@@ -43,7 +43,8 @@ except ImportError:  # pragma: no cover - before the move
 
 COMMON = ["track=none", "sim.progress=false", "sim.seed=1", "sim.threads=1", "sim.device=cpu"]
 U1 = ["dataset=ml-100k", "dataset.split.protocol=predefined", "dataset.split.valid=false", "sim.max_rounds=10"]
-LIGHTFR = ["+experiment=lightfr/table5", "setup=lightfr/filmtrust", "sim.max_rounds=5"]
+# the negatives the FilmTrust records were taken with (#63 made the split's listed negatives the setup's)
+LIGHTFR = ["+experiment=lightfr/table5", "setup=lightfr/filmtrust", "sim.max_rounds=5", "eval.negatives=drawn"]
 SMALL_PFR = ["dataset=ml-100k", "sim.clients_per_round=64", "sim.max_rounds=8"]
 ATTACKED = ["method=fedavg", "backbone=mf", "dataset=ml-100k", "sim.max_rounds=6", "attack.fraction=0.02"]
 # the schedule each attack's record was taken with (#62 made per_epoch every attack's default)

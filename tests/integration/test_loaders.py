@@ -79,6 +79,10 @@ def test_filmtrust_lightfr_split_has_one_rating_scale():
     assert levels.size == 8 and levels.min() == pytest.approx(0.01) and levels.max() == pytest.approx(1.01)
     for part in (split.valid, split.test):
         np.testing.assert_allclose(np.unique(part.rating), levels, rtol=0, atol=1e-6)
+    # the 0.0 rows are the code's sampled negatives: 49 per user and part, listed beside the split
+    assert split.negatives is not None and set(split.negatives) == {"valid", "test"}
+    for part, negatives in split.negatives.items():
+        assert np.bincount(negatives.user, minlength=split.n_users).tolist() == [49] * split.n_users, part
 
 
 def test_corrupt_file_raises_checksum_error(tmp_path, monkeypatch):
