@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from fedrun.core import outdir
 from fedrun.core.paths import config_dir
+from fedrun.core.protocols import check_protocol_choices
 from fedrun.errors import ConfigError, FedrunError
 from fedrun.sim import launchers
 from fedrun.sim.loop import Interrupted
@@ -105,6 +106,7 @@ def main() -> None:
     try:
         launchers.check_launcher(sys.argv[1:])
         outdir.check_output_folders(sys.argv[1:])
+        check_protocol_choices(sys.argv[1:])
     except FedrunError as err:
         print(f"fedrun: error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -18,6 +18,7 @@ from omegaconf.errors import MissingMandatoryValue
 from fedrun.app.build import build
 from fedrun.app.plan import GROUPS, PRESET_GROUPS, Built, build_run, clear_uploads
 from fedrun.core.interrupts import interrupts_ignored
+from fedrun.core.protocols import protocols
 from fedrun.data.client_store import ClientStore
 from fedrun.data.files import data_dir
 from fedrun.errors import ConfigError, FedrunError
@@ -40,7 +41,10 @@ def config_params(cfg: DictConfig, resolve: bool) -> dict[str, Any]:
     report reads from the preset itself)."""
     config = OmegaConf.to_container(cfg, resolve=resolve)
     config.pop("paper", None)
-    return flatten(config)
+    params = flatten(config)
+    if params.get("choices.protocol") not in (None, *protocols()):  # an optional pair with no file: nothing chosen
+        del params["choices.protocol"]
+    return params
 
 
 def run_record(b: Built, sweep: str | None, job: int | None) -> tuple[dict[str, Any], dict[str, str]]:

@@ -127,6 +127,11 @@ def describe(selection: str) -> str:
         text = (Path(config_dir()) / f"{setting}.yaml").read_text().rstrip()
         lines += ["", f"its paper's setting of the other groups (conf/{setting}.yaml):",
                   *("  " + line for line in text.splitlines())]
+    protocols = sorted((Path(config_dir()) / "protocol" / option).glob("*.yaml")) if group == "method" else []
+    for protocol in protocols:  # the paper's data protocol on each dataset it used (conf/config.yaml: protocol)
+        lines += ["", f"its paper's data protocol with dataset={protocol.stem} "
+                      f"(conf/protocol/{option}/{protocol.name}; ~protocol keeps the dataset's own):",
+                  *("  " + line for line in protocol.read_text().rstrip().splitlines())]
     compat = compatibility(group, option)
     if compat:
         lines += ["", "runs with:", *compat]
