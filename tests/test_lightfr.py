@@ -53,13 +53,16 @@ def oracle_targets(ratings, scale, bits, variant):
     return target, target > 0
 
 
-@pytest.mark.parametrize("rule,aggregation,stay,targets", [
-    ("code", "grad", "clients", "scaled"), ("code", "grad", "raters", "scaled"), ("paper", "grad", "clients", "scaled"),
-    ("code", "para", "clients", "scaled"), ("paper", "para", "clients", "scaled"), ("code", "grad", "clients", "code"),
-    ("code", "para", "clients", "code")])
-def test_client_step_matches_per_client_per_bit_loop(rule, aggregation, stay, targets):
-    overrides = LIGHTFR + [f"method.rule={rule}", f"method.aggregation={aggregation}", "method.balance=0.002",
-                           f"method.item_stay={stay}", f"method.targets={targets}"]
+@pytest.mark.parametrize("rule,aggregation,stay,targets,count", [
+    ("code", "grad", "clients", "scaled", "rated"), ("code", "grad", "raters", "scaled", "rated"),
+    ("paper", "grad", "clients", "scaled", "rated"), ("code", "para", "clients", "scaled", "rated"),
+    ("paper", "para", "clients", "scaled", "rated"), ("code", "grad", "clients", "code", "rated"),
+    ("code", "grad", "clients", "code", "trained"), ("code", "para", "clients", "code", "rated")])
+def test_client_step_matches_per_client_per_bit_loop(rule, aggregation, stay, targets, count):
+    # λ large enough under the code's rule that the user's stay term 2λ|Ω_u| decides bits (and so its count)
+    balance = 3.0 if rule == "code" and targets == "code" else 0.002
+    overrides = LIGHTFR + [f"method.rule={rule}", f"method.aggregation={aggregation}", f"method.balance={balance}",
+                           f"method.item_stay={stay}", f"method.targets={targets}", f"method.stay_count={count}"]
     method, env = make_method(overrides)
     problem = method.client.problems(round_of(method).sampler.users(0), 0)[0]
     uploads, new_user, _ = unpack(method.client.step(problem))
@@ -70,7 +73,8 @@ def test_client_step_matches_per_client_per_bit_loop(rule, aggregation, stay, ta
         target, kept = oracle_targets(batch.ratings[b][batch.pos_mask[b]], method.scale, 16, targets)
         items, target = batch.pos[b][batch.pos_mask[b]][kept], target[kept].float()
         D = method.public.item[items]
-        code = oracle_dcd(method.client.private.user[u], D, target, w.user_self * items.numel(), w.balance, 10)
+        omega = items.numel() if count == "trained" else int(batch.pos_mask[b].sum())  # |Ω_u| of the stay term
+        code = oracle_dcd(method.client.private.user[u], D, target, w.user_self * omega, w.balance, 10)
         assert torch.equal(new_user[b].double(), code), f"client {u}"
         for j, i in enumerate(items.tolist()):
             if aggregation == "grad":  # Eq. 12

@@ -168,3 +168,16 @@ def test_a_run_stopped_and_resumed_under_new_params_is_listed_as_continued_not_a
         "- a KILLED: stopped, then resumed as run b, which carries its results", "- c FAILED: diverged"]
     assert unfinished_lines(continued_reasons(failed, frame.drop(columns="resumed_from"))) == [
         "- a KILLED: interrupted", "- c FAILED: diverged"]
+
+
+def test_where_a_run_was_recorded_does_not_split_its_row():
+    """Two seeds of one setting, one logged to another tracking URI: one row (track.* changes no number)."""
+    from fedrun.app.report import group_columns
+
+    runs = pd.DataFrame([{"param:choices.method": "lightfr", "param:sim.seed": "1", "param:method.targets": "code",
+                          "param:track.uri": "None"},
+                         {"param:choices.method": "lightfr", "param:sim.seed": "2", "param:method.targets": "code",
+                          "param:track.uri": "sqlite:////elsewhere/mlflow.db"},
+                         {"param:choices.method": "lightfr", "param:sim.seed": "1", "param:method.targets": "scaled",
+                          "param:track.uri": "None"}])
+    assert group_columns(runs) == ["param:choices.method", "param:method.targets"]

@@ -41,6 +41,7 @@ PRESENTATION_PARAMS = ("figure.",)  # how a preset draws its figure (x axis, ref
 # what an audit looks at (``audit.attacks``, ``audit.k``): it changes no training number (tested), so runs that differ
 # only in it are replicates of one row; an attack a run did not include leaves its metrics out of the mean
 AUDIT_PARAMS = ("audit.",)
+TRACKING_PARAMS = ("track.",)  # where a run is recorded (a tracking URI, a flush size) changes none of its numbers
 REPLICATE_PARAMS = ("sim.seed", "dataset.split.seed", "dataset.split.fold")  # what makes two runs replicates
 SEEDLESS_SPLITS = ("loo", "temporal_ratio")  # protocols whose split the data-split seed does not draw
 DEFAULT_METRICS = ["test_hr_at_10", "test_ndcg_at_10", "test_recall_at_20", "test_ndcg_at_20", "test_mae", "test_rmse"]
@@ -98,7 +99,7 @@ def group_columns(frame: pd.DataFrame) -> list[str]:
     varying = [c for c in frame.columns if c.startswith("param:") and c not in keys
                and not c.startswith("param:choices.hydra/")
                and c[len("param:"):] not in SEED_PARAMS
-               and not c[len("param:"):].startswith(PRESENTATION_PARAMS + AUDIT_PARAMS)
+               and not c[len("param:"):].startswith(PRESENTATION_PARAMS + AUDIT_PARAMS + TRACKING_PARAMS)
                and text[c].nunique() > 1
                and (text.groupby(keys)[c].nunique() > 1).any()]
     return keys + varying

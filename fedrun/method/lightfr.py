@@ -39,6 +39,10 @@ never says which ratings are positive):
     FilmTrust 0.5–2.0 of 0.5–4, on 1–5 scales 1–3). Their code computes R on the split file's
     0.01–1.01 scale, 0.02f above fedrun's min-max R; the set of ratings kept is the same on FilmTrust.
   * ``scaled`` — every training rating enters the fit with its real-valued R.
+``stay_count`` is |Ω_u| in the user's stay term 2λ|Ω_u|·b_uk when not every rating trains: ``rated`` (default)
+counts all the user's training ratings, as Eq. 9's Ω_u does and as the authors' code does (its count also adds
+the 100 validation and test rows of its files, listed negatives included, which fedrun does not copy);
+``trained`` counts only the ratings that enter the fit.
 Run beside the authors' code on its own FilmTrust files, ``code`` reproduces both the code's and the
 paper's HR@10/NDCG@10 and ``scaled`` falls to the code's own level when the code is made to train on
 every rating (docs/reproductions/lightfr.md, "The authors' code as an oracle").
@@ -93,6 +97,7 @@ class LightFRConfig:
     max_sweeps: int = 10  # DCD sweeps over the f bits until no bit changes, at most this many
     item_stay: str = "clients"  # rule=code, grad: the server's stay term c·d_ik (the code) | 2λ|Ω_i^s|·d_ik
     targets: str = "code"  # code: int(R), only R > 0 trains (the authors' code) | scaled: every rating, R = f(2r − 1)
+    stay_count: str = "rated"  # |Ω_u| of the user stay term 2λ|Ω_u|·b_uk: rated (every training rating) | trained
     cold_users: float = 0.0  # fraction of clients never trained; they learn codes by Eq. 19 before ranking
     cold_items: float = 0.0  # fraction of rated items withheld from training; coded by Eq. 21 before ranking
 
@@ -103,6 +108,7 @@ class LightFRConfig:
         check(self.max_sweeps >= 1, "max_sweeps", self.max_sweeps, "an integer >= 1")
         check_choice("item_stay", self.item_stay, ("clients", "raters"))
         check_choice("targets", self.targets, ("scaled", "code"))
+        check_choice("stay_count", self.stay_count, ("rated", "trained"))
         check(self.item_stay == "clients" or (self.rule == "code" and self.aggregation == "grad"), "item_stay",
               self.item_stay, "clients unless rule=code and aggregation=grad (the only server rule with a stay term)")
         check_fraction("cold_users", self.cold_users)
@@ -238,10 +244,12 @@ class LightFRClient(Client):
         target = self.targets(ratings) * mask  # [B, P]
         items = self.public.item[batch.pos]  # [B, P, f] the downloaded D_t rows of the rated items
         user = self.private.user[batch.users]  # [B, f]
-        n_rated = mask.sum(1).to(user.dtype)  # [B]
+        n_rated = mask.sum(1).to(user.dtype)  # [B] the ratings that train
+        rated = batch.pos_mask & ~self.cold_item[batch.pos]  # [B, P] every rating, trained or not (targets=code)
+        n_stay = n_rated if config.stay_count == "trained" else rated.sum(1).to(user.dtype)  # |Ω_u| of the stay term
         sweeps = []
         for _ in range(self.env.sim.local_epochs):  # E epochs of Alg. 1 (lines 13-22)
-            user, score, run = dcd_codes(user, items, target, mask, w.user_self * n_rated, w.balance,
+            user, score, run = dcd_codes(user, items, target, mask, w.user_self * n_stay, w.balance,
                                          config.max_sweeps)
             sweeps.append(run)
             if config.aggregation == "para":
