@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import sys
+
 import pytest
 import torch
 import torch.utils.deterministic
@@ -721,7 +724,7 @@ def test_a_report_borrows_the_matching_runs_of_another_ledger_without_keeping_th
         assert message in capsys.readouterr().err
 
 
-def test_without_the_progress_bar_each_epoch_logs_one_line(caplog):
+def test_without_the_progress_bar_each_epoch_logs_one_line(caplog, monkeypatch):
     """A batch job or sweep runs with sim.progress=false; its log still shows the run moving: per epoch the mean
     loss, the validation just taken with its floor and the best so far, the time per epoch and what is left."""
     caplog.set_level("INFO", logger="fedrun")
@@ -732,6 +735,15 @@ def test_without_the_progress_bar_each_epoch_logs_one_line(caplog):
     assert "(floor " in lines[1]  # the validation floor beside the validation
     assert all(" per epoch, " in line and line.endswith(" left") for line in lines)
     caplog.clear()
+    run(["sim.progress=true", "sim.epochs=1"])  # not on a terminal (pytest's stderr): still one line per epoch
+    assert [r for r in caplog.records if r.getMessage().startswith("epoch ")]
+    caplog.clear()
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stderr", Terminal())
     run(["sim.progress=true", "sim.epochs=1"])
     assert not [r for r in caplog.records if r.getMessage().startswith("epoch ")]  # the bar shows it instead
 

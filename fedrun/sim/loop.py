@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,7 +77,8 @@ def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimC
     per_epoch = trainer.rounds_per_epoch()
     n_rounds = total_rounds(trainer, sim)
     has_valid = evaluator.split.valid is not None
-    bar = tqdm(total=n_rounds, initial=state.next_round, desc=label, disable=not sim.progress,
+    show_bar = bar_wanted(sim.progress, sys.stderr)
+    bar = tqdm(total=n_rounds, initial=state.next_round, desc=label, disable=not show_bar,
                dynamic_ncols=True, unit="round")
     # epoch losses; without the bar, one log line per epoch
     pace = _Pace(state.next_round, n_rounds, per_epoch, valid_floor, state.train_seconds,
@@ -112,7 +114,7 @@ def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimC
             state.next_round = round_index + 1
             _progress(bar, epoch, stats.loss, state.valid, evaluator.monitor)
             if epoch_done:
-                pace.close_epoch(state, evaluator.monitor if validated else None, log_it=not sim.progress)
+                pace.close_epoch(state, evaluator.monitor if validated else None, log_it=not show_bar)
             if save is not None and (stop.requested or (sim.checkpoint_every and
                                                         state.next_round % sim.checkpoint_every == 0)):
                 path = save(state)
@@ -245,6 +247,12 @@ def _duration(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.0f} s"
     return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def bar_wanted(progress: bool, stream) -> bool:
+    """The progress bar only where someone watches: ``sim.progress`` and a terminal. Written to a file or a
+    pipe (a sweep's log, CI) it would be thousands of carriage-return frames; the run logs a line per epoch."""
+    return bool(progress) and hasattr(stream, "isatty") and stream.isatty()
 
 
 def _progress(bar: tqdm, epoch: int, loss: float, valid: dict[str, float], monitor: str) -> None:
