@@ -272,12 +272,9 @@ def flat(node, prefix: str = "") -> dict:
 README_EQUALS_PRESET = [
     ("method=fedcl dataset=beauty dataset.min_item_count=5",
      "+experiment=fedcl/table2 row=fedcl/fedcl dataset=beauty backbone=fedcl/gru4rec"),
-    ("method=fedrecpp dataset=ml-100k dataset.split.protocol=predefined dataset.split.valid=false",
-     "+experiment=fedrecpp/table2 row=fedrecpp/fedrecpp_rho1"),
-    ("method=lightfr dataset=filmtrust dataset.variant=lightfr dataset.split.protocol=predefined",
-     "+experiment=lightfr/table5 row=lightfr/lightfr"),
-    ("method=cl4fedrec dataset=ml-1m dataset.variant=split80-20 dataset.split.protocol=predefined "
-     "dataset.split.valid_ratio=0.1", "+experiment=rcl4fedrec/table2 row=rcl4fedrec/cl4fedrec"),
+    ("method=fedrecpp dataset=ml-100k", "+experiment=fedrecpp/table2 row=fedrecpp/fedrecpp_rho1"),
+    ("method=lightfr dataset=filmtrust", "+experiment=lightfr/table5 row=lightfr/lightfr"),
+    ("method=cl4fedrec dataset=ml-1m", "+experiment=rcl4fedrec/table2 row=rcl4fedrec/cl4fedrec"),
     ("method=perfedrecpp dataset=yelp-perfedrec", "+experiment=perfedrecpp/table4 row=perfedrecpp/perfedrecpp"),
     ("method=fedgnn dataset=yelp-perfedrec", "+experiment=perfedrecpp/table4 row=perfedrecpp/fedgnn"),
     ("method=perfedrec dataset=yelp-perfedrec", "+experiment=perfedrecpp/table4 row=perfedrecpp/perfedrec"),
