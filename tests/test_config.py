@@ -385,3 +385,14 @@ def test_an_output_folder_that_cannot_be_created_is_named_before_hydra_runs(over
     err = capsys.readouterr().err
     assert exited.value.code == 2 and "Traceback" not in err
     assert "is a file, not a folder" in err and ("hydra.run.dir" in err or "hydra.sweep.dir" in err)
+
+
+@pytest.mark.parametrize("override,expected", [("method.optimizer.lr=abc", "a number"),
+                                               ("method.optimizer.user_lr=abc", "a number or null"),
+                                               ("sim.epochs=abc", "an integer")])
+def test_a_value_of_the_wrong_type_names_the_type_a_reader_knows(override, expected):
+    """Issue #66: a nested field's wrong value said "expected ClientOptimizer" (the class of the outer field)."""
+    from fedrun.app.plan import plan
+
+    with pytest.raises(ConfigError, match=rf"expected {expected}\.$"):
+        plan(compose_cfg(SMALL + [override]))

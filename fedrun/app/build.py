@@ -15,6 +15,8 @@ import dataclasses
 import importlib
 import importlib.util
 import math
+import types
+import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -79,8 +81,8 @@ def parse_config(config_cls: type[T], node: DictConfig | dict, group: str) -> T:
         raise err.prefixed(group) from None
     except (ValidationError, ConfigKeyError) as err:
         key = f"{group}.{err.full_key}" if getattr(err, "full_key", None) else group
-        field = fields.get(str(err.full_key).split(".")[0])
-        expected = _type_name(field.type) if field is not None else "a valid value"
+        leaf = _field_type(config_cls, str(err.full_key).split(".")) if getattr(err, "full_key", None) else None
+        expected = _type_name(leaf) if leaf is not None else "a valid value"
         raise ConfigError(key, getattr(err, "value", None), expected) from None
     except OmegaConfBaseException as err:  # pragma: no cover - other OmegaConf errors
         raise ConfigError(group, values, str(err).splitlines()[0]) from None
@@ -110,7 +112,25 @@ def non_finite(value: Any, path: str = "") -> tuple[str, float] | None:
     return None
 
 
+def _field_type(config_cls: type, path: list[str]) -> Any:
+    """The declared type of the field at ``path`` inside nested config dataclasses (``optimizer.lr`` → float), or
+    None where the path leaves them (a dict's key, a list's index)."""
+    current: Any = config_cls
+    for name in path:
+        if not (isinstance(current, type) and dataclasses.is_dataclass(current)):
+            return None
+        current = typing.get_type_hints(current).get(name)
+        if current is None:
+            return None
+    return current
+
+
 def _type_name(tp: Any) -> str:
+    """A declared type as a reader says it: float → "a number", ``float | None`` → "a number or null"."""
+    options = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else ()
+    if options:
+        named = [_type_name(option) for option in options if option is not type(None)]
+        return " or ".join(named + (["null"] if type(None) in options else []))
     name = getattr(tp, "__name__", None) or str(tp)
     return {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}.get(name, name)
 
