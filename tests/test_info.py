@@ -48,9 +48,11 @@ def test_bad_selections_are_one_line_errors(argument, message):
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
 
 
-def test_hydra_help_still_works():
+def test_fedruns_help_and_hydras_help_both_work():
     out = subprocess.run([FEDRUN, "--help"], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and "method" in out.stdout
+    assert out.returncode == 0 and out.stdout.startswith("fedrun — ") and "method:" in out.stdout
+    out = subprocess.run([FEDRUN, "--hydra-help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "Hydra" in out.stdout
 
 
 def test_a_method_shows_the_paper_setting_it_selects():
