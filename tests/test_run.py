@@ -12,6 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from fedrun.app import experiment
 from fedrun.app.report import main as report_main
+from fedrun.errors import ConfigError, FedrunError
 from fedrun.sim.loop import NumericalError
 from tests.conftest import SMALL, compose_cfg, make_method, round_of
 
@@ -864,3 +865,18 @@ def test_an_output_folder_that_fails_after_the_test_leaves_a_finished_run(tmp_pa
     client = MlflowClient()
     (record,) = client.search_runs([client.get_experiment_by_name("late-out").experiment_id])
     assert record.info.status == "FINISHED" and "test_hr_at_10" in record.data.metrics
+
+
+def test_a_refused_config_leaves_no_run_and_missing_data_leaves_a_failed_one(tmp_path, monkeypatch):
+    """Issue #66: each config typo left a FAILED run in MLflow. A single run's refused config now records nothing
+    (the error is on the command line); a run that fails past its config (missing data) is still recorded, and a
+    sweep's refused job too (its report lists it: tests/integration/test_cli.py)."""
+    with pytest.raises(ConfigError):
+        run(["track=mlflow", "track.experiment=t-typo", "sim.clients_per_round=1.5"])
+    client = MlflowClient()
+    assert client.get_experiment_by_name("t-typo") is None
+    monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path))  # nothing there
+    with pytest.raises(FedrunError):
+        experiment.run(compose_cfg(["dataset=ml-1m", "track=mlflow", "track.experiment=t-nodata"]))
+    (record,) = client.search_runs([client.get_experiment_by_name("t-nodata").experiment_id])
+    assert record.info.status == "FAILED"

@@ -278,8 +278,11 @@ def resume_state(b: Built, cfg: DictConfig) -> tuple[RunnerState, str | None, bo
 
 
 def record_failure(cfg: DictConfig, err: Exception, sweep: str | None, job: int | None) -> None:
-    """A run that fails before it starts (bad config, missing data) still leaves a FAILED run
-    with its reason, so a sweep's report lists it. Skipped when tracking is off or broken."""
+    """A run that fails before it starts (bad config, missing data) still leaves a FAILED run with its reason,
+    so a sweep's report lists it — except a single run's refused config, which the command line already answered
+    (a typo leaves nothing to clean up in the store). Skipped when tracking is off or broken."""
+    if sweep is None and isinstance(err, ConfigError):
+        return
     try:
         tracker = build(cfg.track, "track", Tracker)  # tracking off (``track=none``) records nothing
     except FedrunError:
