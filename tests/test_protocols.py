@@ -9,8 +9,9 @@ from omegaconf import OmegaConf
 
 from fedrun.app.experiment import config_params
 from fedrun.app.info import describe
+from fedrun.core.choices import check_group_choices
 from fedrun.core.paths import config_dir
-from fedrun.core.protocols import check_protocol_choices, protocols
+from fedrun.core.protocols import protocols
 from fedrun.errors import ConfigError
 from tests.conftest import compose_cfg
 
@@ -51,7 +52,7 @@ def test_the_issue_s_bare_commands_run_their_papers_data():
 
 
 def test_a_misspelt_protocol_is_refused_before_hydra_and_info_lists_a_methods_protocols():
-    with pytest.raises(ConfigError, match="protocol='lightfr/filmtrus'"):
-        check_protocol_choices(["method=lightfr", "protocol=lightfr/filmtrust,lightfr/filmtrus"])
-    check_protocol_choices(["-m", "protocol=lightfr/filmtrust,lightfr/ciao", "sim.seed=1"])
+    with pytest.raises(ConfigError, match=r"protocol='lightfr/filmtrus' .*\(closest: lightfr/filmtrust"):
+        check_group_choices(["method=lightfr", "protocol=lightfr/filmtrust,lightfr/filmtrus"])
+    check_group_choices(["-m", "protocol=lightfr/filmtrust,lightfr/ciao", "sim.seed=1"])
     assert "its paper's data protocol with dataset=filmtrust" in describe("method=lightfr")

@@ -15,8 +15,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from fedrun.core import outdir
+from fedrun.core.choices import check_group_choices
 from fedrun.core.paths import config_dir
-from fedrun.core.protocols import check_protocol_choices
 from fedrun.errors import ConfigError, FedrunError
 from fedrun.sim import launchers
 from fedrun.sim.loop import Interrupted
@@ -106,12 +106,17 @@ def main() -> None:
     try:
         launchers.check_launcher(sys.argv[1:])
         outdir.check_output_folders(sys.argv[1:])
-        check_protocol_choices(sys.argv[1:])
+        check_group_choices(sys.argv[1:])
     except FedrunError as err:
         print(f"fedrun: error: {err}", file=sys.stderr)
         sys.exit(2)
     try:
         hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(_app)()
+    except ValueError as err:  # Hydra's own flag check (-m with --cfg): one line, not its traceback
+        if _task_started or "can be specified" not in str(err):
+            raise
+        print(f"fedrun: error: {err} (--cfg shows one run's config: drop -m)", file=sys.stderr)
+        sys.exit(2)
     except SystemExit as exit_:
         # Hydra reports a config it cannot compose (unknown option, bad override syntax) itself and exits 1;
         # that is a user error like any other, so it exits 2. Once the app ran, its own codes stand.

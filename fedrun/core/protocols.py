@@ -3,7 +3,7 @@
 ``conf/config.yaml`` lists ``optional protocol: ${method}/${dataset}``: ``fedrun method=lightfr dataset=filmtrust``
 runs LightFR's split of FilmTrust, a pair with no file runs the dataset's own protocol, and ``~protocol`` opts
 out. Hydra skips an ``optional`` choice that names no file, so a misspelt ``protocol=...`` on the command line
-would be dropped without a word; it is refused here, before Hydra composes anything.
+would be dropped without a word; ``fedrun/core/choices.py`` refuses it before Hydra composes anything.
 """
 
 from __future__ import annotations
@@ -11,23 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from fedrun.core.paths import config_dir
-from fedrun.errors import ConfigError
 
 
 def protocols() -> list[str]:
     """Every ``<method>/<dataset>`` that has a protocol file."""
     root = Path(config_dir()) / "protocol"
     return sorted(path.relative_to(root).with_suffix("").as_posix() for path in root.glob("*/*.yaml"))
-
-
-def check_protocol_choices(argv: list[str]) -> None:
-    """Each value of a ``protocol=`` override (sweeps: comma-separated) must name a protocol file."""
-    known = protocols()
-    for arg in argv:
-        key, sep, value = arg.lstrip("+").partition("=")
-        if key != "protocol" or not sep:
-            continue
-        for choice in value.split(","):
-            if choice.strip() not in known:
-                raise ConfigError("protocol", choice.strip(), f"one of {', '.join(known)} (<method>/<dataset>), "
-                                  "or ~protocol for the dataset's own")

@@ -29,7 +29,11 @@ def test_bad_value_exits_2_with_one_paragraph_and_no_traceback():
 def test_unknown_option_lists_the_available_ones():
     result = fedrun("method=nope")
     assert result.returncode == 2  # a config error like any other (Hydra's own exit status is 1)
-    assert "Could not find 'method/nope'" in result.stderr and "fedavg" in result.stderr
+    assert result.stderr.startswith("fedrun: error: method='nope' is not allowed") and "fedavg" in result.stderr
+    assert "Traceback" not in result.stderr and "HYDRA_FULL_ERROR" not in result.stderr  # one line, before Hydra
+    result = fedrun("-m", "method=fedavg,central", "--cfg", "job")  # Hydra's own flag check: one line too
+    assert result.returncode == 2 and result.stderr.startswith("fedrun: error: Only one of")
+    assert "drop -m" in result.stderr
 
 
 def test_hydra_syntax_errors_exit_2_too():
