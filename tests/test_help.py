@@ -5,7 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from fedrun.app.help import GROUPS, options, text
+from fedrun.app.help import GROUPS, text
+from fedrun.core.choices import options
 
 
 def test_help_names_every_group_and_option_and_where_results_go():

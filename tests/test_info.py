@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fedrun.app.info import GROUPS, describe, options, overview, presets_using, settings_of, summary
+from fedrun.app.info import GROUPS, describe, overview, presets_using, settings_of, summary
+from fedrun.core.choices import options
 from fedrun.core.paths import config_dir
 from tests.integration.test_cli import FEDRUN
 

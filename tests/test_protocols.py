@@ -9,9 +9,8 @@ from omegaconf import OmegaConf
 
 from fedrun.app.experiment import config_params
 from fedrun.app.info import describe
-from fedrun.core.choices import check_group_choices
+from fedrun.core.choices import check_group_choices, options
 from fedrun.core.paths import config_dir
-from fedrun.core.protocols import protocols
 from fedrun.errors import ConfigError
 from tests.conftest import compose_cfg
 
@@ -19,7 +18,7 @@ from tests.conftest import compose_cfg
 def own_protocols() -> list[str]:
     """The protocol files that state a protocol (the others include their paper's: fcf/filmtrust → lightfr's)."""
     root = Path(config_dir()) / "protocol"
-    return [pair for pair in protocols() if "dataset" in OmegaConf.load(root / f"{pair}.yaml")]
+    return [pair for pair in options("protocol") if "dataset" in OmegaConf.load(root / f"{pair}.yaml")]
 
 
 @pytest.mark.parametrize("pair", [*own_protocols(), "fcf/filmtrust", "union/ml-1m"])

@@ -17,8 +17,8 @@ from omegaconf.errors import MissingMandatoryValue
 
 from fedrun.app.build import build
 from fedrun.app.plan import GROUPS, PRESET_GROUPS, Built, build_run, clear_uploads
+from fedrun.core.choices import options
 from fedrun.core.interrupts import interrupts_ignored
-from fedrun.core.protocols import protocols
 from fedrun.data.client_store import ClientStore
 from fedrun.data.files import data_dir
 from fedrun.errors import ConfigError, FedrunError
@@ -42,7 +42,8 @@ def config_params(cfg: DictConfig, resolve: bool) -> dict[str, Any]:
     config = OmegaConf.to_container(cfg, resolve=resolve)
     config.pop("paper", None)
     params = flatten(config)
-    if params.get("choices.protocol") not in (None, *protocols()):  # an optional pair with no file: nothing chosen
+    # Hydra records the optional protocol pair even where no file exists: then nothing was chosen
+    if params.get("choices.protocol") not in (None, *options("protocol")):
         del params["choices.protocol"]
     return params
 

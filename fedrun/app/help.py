@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fedrun.core.choices import options
 from fedrun.core.paths import config_dir
 
 GROUPS = ("method", "dataset", "backbone", "privacy", "attack", "defense", "audit", "eval", "sim", "track")
@@ -15,11 +16,6 @@ EXAMPLES = (
     ("fedrun -m method=central,fedavg sim.seed=1,2,3", "a sweep: one MLflow parent run and a report"),
     ("fedrun -m +experiment=lightfr/table5", "a paper's table as a preset (conf/experiment/)"),
 )
-
-
-def options(group: str) -> list[str]:
-    root = Path(config_dir()) / group
-    return sorted(p.relative_to(root).with_suffix("").as_posix() for p in root.rglob("*.yaml"))
 
 
 def presets() -> list[str]:

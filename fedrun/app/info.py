@@ -4,7 +4,7 @@
   fedrun info method=fedcl     one option: its docstring (paper, equations, open choices), its defaults,
                                the options of the other groups it runs with (from the declared
                                capabilities: ``fedrun.app.build.check_combination``) and the presets using it
-Hydra's own ``fedrun --help`` keeps working.
+``fedrun --help`` is ``fedrun/app/help.py``; Hydra's is ``fedrun --hydra-help``.
 """
 
 from __future__ import annotations
@@ -15,18 +15,13 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from fedrun.core.choices import options
 from fedrun.core.paths import config_dir
 from fedrun.errors import FedrunError
 
 GROUPS = ("dataset", "backbone", "method", "privacy", "attack", "defense", "eval", "track")
 PARTNERS = ("backbone", "privacy", "attack", "defense")  # what a method's compatibility is listed against
 WIDTH = 100  # characters of an option's one-line summary
-
-
-def options(group: str) -> list[str]:
-    """The group's options: its YAML files, nested folders as ``folder/name``."""
-    root = Path(config_dir()) / group
-    return sorted(p.relative_to(root).with_suffix("").as_posix() for p in root.rglob("*.yaml"))
 
 
 def target_of(group: str, option: str) -> str | None:

@@ -1,8 +1,10 @@
 """A group option named on the command line must exist — checked before Hydra, with a "did you mean".
 
 Hydra answers ``method=fedcll`` with a search-path dump and a stack-trace hint; ``fedrun`` answers with the field,
-the value, the closest options and the whole list. ``protocol=`` is checked the same way: Hydra would drop a
-misspelt choice of that ``optional`` group without a word (``fedrun/core/protocols.py``).
+the value, the closest options and the whole list. ``protocol=`` is checked the same way. That group is a paper's
+data protocol, ``conf/protocol/<method>/<dataset>.yaml``, chosen by ``conf/config.yaml``'s ``optional protocol:
+${method}/${dataset}`` (``~protocol`` opts out); Hydra skips an ``optional`` choice that names no file, so it would
+drop a misspelt ``protocol=`` without a word.
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ from omegaconf import OmegaConf
 
 from fedrun.app.compose import compose
 from fedrun.app.experiment import resume_state
-from fedrun.app.info import options
 from fedrun.app.plan import build_run
+from fedrun.core.choices import options
 from fedrun.errors import FedrunError
 
 BASE = ["dataset=synthetic", "dataset.n_users=40", "dataset.n_items=60", "dataset.mean_length=8",
