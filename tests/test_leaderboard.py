@@ -56,7 +56,7 @@ def test_board_ranks_by_ndcg_with_the_floor_ratio_and_epsilon():
     text = re.sub(" +", " ", render(table, "ml-100k"))  # the table's column padding squeezed
     assert "| 1 | fedcl | fedcl " in text and "0.0600 ± 0.0141" in text
     assert "| 0.0900 ± 0.0212 | 1.50 | 2.0 | 4.0 | 2.50 |" in text  # fedavg: NDCG@20, .06 / .04, KB up, down, s
-    assert "| 0.0600 ± 0.0000 | 1.00 |" in text  # pop is the floor itself
+    assert "| 0.0600 (n = 1) | 1.00 |" in text  # pop is the floor itself, one run: no spread
 
 
 def test_runs_of_an_earlier_default_are_set_aside_for_the_latest_setting():

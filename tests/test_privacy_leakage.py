@@ -30,6 +30,6 @@ def test_the_graph_panel_groups_seeds_by_budget_and_draws_the_clip_only_run_as_n
     assert found["metric:audit_shared_recall_at_20 mean"].iloc[0] == pytest.approx(0.07)
     assert list(found["seeds"]) == [2, 1]  # the failed run is not a point
     text = table(frame, graph)
-    assert "| ∞ (no noise) | 0.0560 ± 0.0000   | 0.3600 ± 0.0000 " in text
+    assert "| ∞ (no noise) | 0.0560 (n = 1)    | 0.3600 (n = 1)    " in text
     assert table(frame, PANELS[0]) == ""  # no FedCL run: no table
     assert draw(frame, tmp_path).exists()

@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from fedrun.report.table import markdown
+from fedrun.report.table import markdown, mean_std
 from fedrun.store.runs import default_uri
 
 PLOTTED = ["test_er_at_5", "test_er_at_20", "test_recall_at_20", "test_ndcg_at_20"]  # of the default METRICS
@@ -76,7 +76,7 @@ def final_table(table: pd.DataFrame, metrics: list[str]) -> str:
     header = ["dataset", "defense", "attack", "seeds", *[m.replace("test_", "") for m in metrics]]
     rows = []
     for (dataset, defense, attack), part in last.groupby(["dataset", "defense", "attack"]):
-        values = {r.metric: f"{r.mean:.4f} ± {0 if pd.isna(r.std) else r.std:.4f}" for r in part.itertuples()}
+        values = {r.metric: mean_std(r.mean, r.std, int(r.count)) for r in part.itertuples()}
         rows.append([dataset, defense, attack, str(int(part["count"].max())), *[values.get(m, "") for m in metrics]])
     return markdown(header, rows)
 

@@ -30,7 +30,7 @@ from omegaconf import OmegaConf
 from fedrun.app.report import SEED_PARAMS, drop_reruns, script_runs
 from fedrun.core.paths import config_dir
 from fedrun.report import ledger
-from fedrun.report.table import markdown
+from fedrun.report.table import markdown, mean_std
 
 RANKING = ["test_hr_at_10", "test_ndcg_at_10", "test_hr_at_20", "test_ndcg_at_20"]
 COSTS = ["bytes_up_per_client", "bytes_down_per_client", "seconds_per_epoch"]
@@ -132,7 +132,7 @@ def render(table: pd.DataFrame, dataset: str) -> str:
     rows = []
     for rank, row in enumerate(table.itertuples(), 1):
         cells = [str(rank), row.method, row.paper, row.backbone, row.epsilon, str(row.runs)]
-        cells += [f"{getattr(row, m):.4f} ± {getattr(row, m + '_std'):.4f}" for m in RANKING]
+        cells += [mean_std(getattr(row, m), getattr(row, m + "_std"), row.runs) for m in RANKING]
         cells.append(f"{row.test_ndcg_at_10 / row.floor_ndcg_at_10:.2f}" if row.floor_ndcg_at_10 > 0 else "")
         cells += [f"{row.bytes_up_per_client / 1024:.1f}", f"{row.bytes_down_per_client / 1024:.1f}"]
         cells.append(f"{row.seconds_per_epoch:.2f}")

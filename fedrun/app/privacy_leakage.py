@@ -34,7 +34,7 @@ import pandas as pd
 from fedrun.app.privacy_utility import epsilon
 from fedrun.app.report import drop_reruns
 from fedrun.report import ledger
-from fedrun.report.table import markdown
+from fedrun.report.table import markdown, mean_std
 
 CLEAR_SCALE = 1e-6  # FedGNN's λ for "no noise": its privacy=none also drops the clip, and then diverges
 
@@ -111,8 +111,7 @@ def table(frame: pd.DataFrame, panel: Panel) -> str:
     for _, point in found.iterrows():
         cells = ["∞ (no noise)" if math.isinf(point["epsilon"]) else f"{point['epsilon']:g}"]
         for column in (f"metric:test_{panel.utility}", f"metric:{panel.leakage}"):
-            spread = 0.0 if pd.isna(point[column + " std"]) else point[column + " std"]
-            cells.append(f"{point[column + ' mean']:.4f} ± {spread:.4f}")
+            cells.append(mean_std(point[column + " mean"], point[column + " std"], int(point["seeds"])))
         cells += [f"{point[f'metric:{metric} mean']:.4f}" for metric, _ in panel.baselines]
         rows.append([*cells, str(int(point["seeds"]))])
     return f"### {panel.title}\n\n{markdown(header, rows)}\n"

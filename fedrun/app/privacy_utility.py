@@ -30,7 +30,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from fedrun.app.report import drop_reruns, script_runs
-from fedrun.report.table import markdown
+from fedrun.report.table import markdown, mean_std
 
 UTILITY = ["recall_at_20", "ndcg_at_10", "rmse"]  # per dataset, the first every finished run logged a floor of
 
@@ -105,8 +105,8 @@ def render(table: pd.DataFrame) -> str:
     rows = [[r.dataset, r.curve, r.protects or "nothing",
              "∞" if math.isinf(r.epsilon) else f"{r.epsilon:g}" + (f" {r.unit}" if r.unit != "per upload" else ""),
              str(r.runs), str(r.failed) if r.failed else "",
-             f"{r.metric} {r.mean:.4f} ± {r.std:.4f}" if r.runs else "every run failed (reasons in the ledger)",
-             _cell(r.floor), f"{r.valid_mean:.4f} ± {r.valid_std:.4f}" if pd.notna(r.valid_mean) else "",
+             f"{r.metric} {mean_std(r.mean, r.std, r.runs)}" if r.runs else "every run failed (reasons in the ledger)",
+             _cell(r.floor), mean_std(r.valid_mean, r.valid_std, r.runs) if pd.notna(r.valid_mean) else "",
              _cell(r.valid_floor)]
             for r in table.itertuples()]
     return ("Test utility against the LDP budget ε of one upload (mean ± std over the seeds that finished; failed: "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,7 +24,7 @@ from fedrun.eval.metrics import RATING_METRICS
 from fedrun.method.pop import Pop
 from fedrun.report import ledger, matrix
 from fedrun.report.paper import ALPHA, ROW_KEYS, beside_paper, claim_tests, order_claims, preset_paper
-from fedrun.report.table import markdown, natural_key
+from fedrun.report.table import latex, latex_escape, markdown, natural_key
 from fedrun.store.runs import FAILURE_REASON, RESUMED_FROM, default_uri, end_abandoned_runs, experiment_id, open_client
 
 if TYPE_CHECKING:
@@ -124,23 +125,118 @@ def drop_reruns(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return frame.drop(superseded.index), superseded
 
 
-def summarize(frame: pd.DataFrame, metrics: list[str]) -> tuple[list[str], list[list[str]]]:
+@dataclass(frozen=True)
+class Stat:
+    """One metric of one report row, over the row's finished runs."""
+
+    mean: float
+    std: float  # sample std over the runs; NaN for a single run (no spread was measured)
+    n: int  # runs that logged the metric
+    floor: float  # the popularity floor of the row's split and protocol; NaN where none was logged
+    at_floor: bool  # at or below the floor (error metrics: at or above)
+
+
+@dataclass(frozen=True)
+class Row:
+    keys: list[str]  # the values of the grouping columns
+    runs: int
+    stats: dict[str, Stat]  # metric → its statistics (metrics no run of the row logged are absent)
+
+
+def rows_of(frame: pd.DataFrame, metrics: list[str]) -> tuple[list[str], list[str], list[Row]]:
+    """The finished runs of ``frame`` grouped into report rows (``group_columns``), in natural order: the grouping
+    columns' names, the metrics any run logged, and the rows."""
     done = frame[frame["status"] == "FINISHED"]
     keys = group_columns(done) if len(done) else []
     metrics = [m for m in metrics if f"metric:{m}" in done.columns]
-    header = [k.split(":", 1)[1].replace("choices.", "") for k in keys] + ["runs"] + metrics
-    rows = []
     groups = sorted(done.groupby(keys, dropna=False, sort=False), key=lambda item: natural_key(item[0])) \
         if keys else [((), done)]
+    rows = []
     for values, group in groups:
         values = values if isinstance(values, tuple) else (values,)
-        cells = [str(v) for v in values] + [str(len(group))]
+        stats = {}
         for m in metrics:
             col = group[f"metric:{m}"].dropna()
-            cell = "" if col.empty else f"{col.mean():.4f} ± {col.std(ddof=1) if len(col) > 1 else 0.0:.4f}"
-            cells.append(cell + floor_mark(group, m, col, peers=done))
-        rows.append(cells)
-    return header, rows
+            if col.empty:
+                continue
+            floor = floor_value(group, m, col, peers=done)
+            at_floor = floor is not None and (col.mean() >= floor if metric_name(m) in RATING_METRICS
+                                              else col.mean() <= floor)
+            stats[m] = Stat(float(col.mean()), float(col.std(ddof=1)) if len(col) > 1 else float("nan"), len(col),
+                            float("nan") if floor is None else floor, at_floor)
+        rows.append(Row([str(v) for v in values], len(group), stats))
+    return [k.split(":", 1)[1].replace("choices.", "") for k in keys], metrics, rows
+
+
+def summarize(frame: pd.DataFrame, metrics: list[str]) -> tuple[list[str], list[list[str]]]:
+    """The report table as text: a row's grouping values, its run count, and per metric ``mean ± std`` (one run:
+    ``v (n = 1)``) with the floor mark ``(≤ floor x)`` where the row is at or below its floor."""
+    keys, metrics, rows = rows_of(frame, metrics)
+    return keys + ["runs"] + metrics, [row.keys + [str(row.runs)] + [_text_cell(row.stats.get(m), m) for m in metrics]
+                                       for row in rows]
+
+
+def _text_cell(stat: Stat | None, metric: str) -> str:
+    if stat is None:
+        return ""
+    cell = f"{stat.mean:.4f} (n = 1)" if stat.n == 1 else f"{stat.mean:.4f} ± {stat.std:.4f}"
+    if stat.at_floor:
+        cell += f" ({'≥' if metric_name(metric) in RATING_METRICS else '≤'} floor {stat.floor:.4f})"
+    return cell
+
+
+def numeric_table(frame: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
+    """The report table as numbers, for a plotting or statistics script: the grouping columns, ``runs``, and per
+    metric its mean (``<metric>``), ``_std`` (empty for one run), ``_n``, the ``_floor`` of the row's split and
+    protocol, and ``_to_floor`` (mean / floor)."""
+    keys, metrics, rows = rows_of(frame, metrics)
+    records = []
+    for row in rows:
+        record: dict[str, object] = dict(zip(keys, row.keys)) | {"runs": row.runs}
+        for m in metrics:
+            stat = row.stats.get(m)
+            nan = float("nan")
+            record |= {m: stat.mean if stat else nan, f"{m}_std": stat.std if stat else nan,
+                       f"{m}_n": stat.n if stat else 0, f"{m}_floor": stat.floor if stat else nan,
+                       f"{m}_to_floor": stat.mean / stat.floor if stat and stat.floor > 0 else nan}
+        records.append(record)
+    return pd.DataFrame(records, columns=[*keys, "runs", *(f"{m}{suffix}" for m in metrics for suffix in
+                                                           ("", "_std", "_n", "_floor", "_to_floor"))])
+
+
+def latex_table(frame: pd.DataFrame, metrics: list[str], title: str) -> str:
+    r"""The report table as a booktabs LaTeX table: ``mean $\pm$ std`` (one run: the value alone, the runs column
+    says 1), rows at or below their floor marked with a dagger explained under the table."""
+    keys, metrics, rows = rows_of(frame, metrics)
+    lines = []
+    for row in rows:
+        cells = [latex_escape(v) for v in row.keys] + [str(row.runs)]
+        for m in metrics:
+            stat = row.stats.get(m)
+            cell = "" if stat is None else (f"{stat.mean:.4f}" if stat.n == 1 else
+                                            f"{stat.mean:.4f} $\\pm$ {stat.std:.4f}")
+            cells.append(cell + ("$^\\dagger$" if stat is not None and stat.at_floor else ""))
+        lines.append(cells)
+    marked = any(stat.at_floor for row in rows for stat in row.stats.values())
+    note = (r"$^\dagger$ at or below the popularity floor of the row's split and protocol (errors: at or above the "
+            r"user + item bias baseline)." if marked else "")
+    header = [latex_escape(name) for name in keys + ["runs"] + [metric_label(m) for m in metrics]]
+    return latex(header, lines, caption=f"{latex_escape(title)}: mean $\\pm$ std over seeds", note=note)
+
+
+def metric_name(metric: str) -> str:
+    """``test_recall_at_20`` → ``recall_at_20``; ``best_valid_mae`` → ``mae`` (the metric without its part)."""
+    prefix = next((p for p, _ in FLOOR_OF if metric.startswith(p)), "")
+    return metric[len(prefix):]
+
+
+def metric_label(metric: str) -> str:
+    """A column title for a paper: ``test_recall_at_20`` → ``Recall@20``, ``test_rmse`` → ``RMSE``."""
+    name = metric_name(metric)
+    base, _, k = name.partition("_at_")
+    pretty = {"hr": "HR", "ndcg": "NDCG", "mae": "MAE", "rmse": "RMSE", "mrr": "MRR", "auc": "AUC"}.get(
+        base, base.replace("_", " ").capitalize())
+    return f"{pretty}@{k}" if k else pretty
 
 
 FLOOR_OF = (("test_", "floor_"), ("best_valid_", "floor_valid_"), ("valid_", "floor_valid_"))  # metric → its floor
@@ -148,23 +244,27 @@ FLOOR_OF = (("test_", "floor_"), ("best_valid_", "floor_valid_"), ("valid_", "fl
 SPLIT_PARAMS = ("param:dataset.", "param:eval.")  # what a popularity floor depends on: data, split, protocol
 
 
-def floor_mark(group: pd.DataFrame, metric: str, values: pd.Series, peers: pd.DataFrame | None = None) -> str:
-    """The suffix " (≤ floor .0183)" when the mean of ``metric`` is at or below the floor its runs logged for their
-    split and protocol (test metrics: ``floor_*``; validation metrics: ``floor_valid_*``; error metrics: at or
-    above), else "". Runs from before the floor was logged take it from ``peers`` (the report's other finished
-    runs) on the same dataset, split and evaluation, so an old row under the floor is marked as well."""
+def floor_value(group: pd.DataFrame, metric: str, values: pd.Series, peers: pd.DataFrame | None = None) -> float | None:
+    """The floor ``metric``'s runs logged for their split and protocol (test metrics: ``floor_*``; validation
+    metrics: ``floor_valid_*``), or None. Runs from before the floor was logged take it from ``peers`` (the
+    report's other finished runs) on the same dataset, split and evaluation, so an old row is judged as well."""
     prefix, floor_prefix = next(((p, f) for p, f in FLOOR_OF if metric.startswith(p)), (None, None))
     if prefix is None or values.empty:
-        return ""
-    name = metric[len(prefix):]
-    column = f"metric:{floor_prefix}{name}"
+        return None
+    column = f"metric:{floor_prefix}{metric[len(prefix):]}"
     logged = group[column].dropna() if column in group else pd.Series(dtype=float)
     if logged.empty and peers is not None and column in peers and not is_the_floor(group):
         logged = same_split(peers, group)[column].dropna()
-    if logged.empty:
+    return None if logged.empty else float(logged.mean())
+
+
+def floor_mark(group: pd.DataFrame, metric: str, values: pd.Series, peers: pd.DataFrame | None = None) -> str:
+    """The suffix " (≤ floor .0183)" when the mean of ``metric`` is at or below its floor (``floor_value``; error
+    metrics: " (≥ floor …)" at or above), else ""."""
+    floor = floor_value(group, metric, values, peers)
+    if floor is None:
         return ""
-    floor = float(logged.mean())
-    if name in RATING_METRICS:
+    if metric_name(metric) in RATING_METRICS:
         return f" (≥ floor {floor:.4f})" if values.mean() >= floor else ""
     return f" (≤ floor {floor:.4f})" if values.mean() <= floor else ""
 
@@ -243,8 +343,9 @@ def render(frame: pd.DataFrame, title: str, metrics: list[str], out: Path) -> tu
         text += ("\n(≤ floor x): at or below the popularity floor of the row's split and protocol (for errors: "
                  "at or above the user + item bias baseline) — the row learned nothing a count could not.\n")
     out.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(rows, columns=header).to_csv(out / "report.csv", index=False)
-    files = [out / "report.csv", out / "report.md"]
+    numeric_table(frame, metrics).to_csv(out / "report.csv", index=False)
+    (out / "report.tex").write_text(latex_table(frame, metrics, title))
+    files = [out / "report.csv", out / "report.md", out / "report.tex"]
     # the preset the finished runs ran (a run refused before training logged no params, and has none)
     finished = frame[frame["status"] == "FINISHED"]
     presets = finished["param:choices.experiment"].dropna().unique() if "param:choices.experiment" in frame else []

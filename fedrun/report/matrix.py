@@ -3,10 +3,10 @@
 its peak over the run's evaluations (where the runs recorded it), and of the utility lost against the no-attack
 run under the server's own rule (the first row and column of the sweep).
 
-Cells hold the mean over seeds (± std in the tables, with the number of runs). A combination that the
-declared capabilities refuse (``fedrun.app.build.check_combination``: binary codes, encrypted or denoised
-sums, a method that offers no client step) is shown as "n/a" with the refusal's reason; a combination
-not run yet is left empty.
+Cells hold the mean over seeds (± std in the tables, with the number of runs; one run: ``(n = 1)``). A
+combination that the declared capabilities refuse (``fedrun.app.build.check_combination``: binary codes,
+encrypted or denoised sums, a method that offers no client step) is shown as "n/a" with the refusal's
+reason; a combination not run yet is left empty.
 """
 
 from __future__ import annotations
@@ -85,8 +85,8 @@ def table(values: dict, refused: dict, axes: Axes, digits: int) -> str:
                 line.append("n/a")
             elif (row, column) in values:
                 v = values[row, column]
-                std = v.std(ddof=1) if len(v) > 1 else 0.0
-                line.append(f"{v.mean():.{digits}f} ± {std:.{digits}f} ({len(v)})")
+                line.append(f"{v.mean():.{digits}f} (n = 1)" if len(v) == 1 else
+                            f"{v.mean():.{digits}f} ± {v.std(ddof=1):.{digits}f} ({len(v)})")
             else:
                 line.append("")
         rows.append(line)

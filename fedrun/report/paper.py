@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import OmegaConf
 
-from fedrun.report.table import natural_key
+from fedrun.report.table import natural_key, spread
 
 
 def preset_paper(preset: str, conf_dir: Path) -> dict | None:
@@ -67,8 +67,7 @@ def beside_paper(done: pd.DataFrame, paper: dict, varying: list[str] = ()) -> tu
         cells = [dataset, backbone, variant, str(len(group))]
         for k, metric in enumerate(metrics):
             col = group[f"metric:{metric}"].dropna() if f"metric:{metric}" in group else pd.Series(dtype=float)
-            ours = "" if col.empty else f"{col.mean():.4f} ± {col.std(ddof=1) if len(col) > 1 else 0.0:.4f}"
-            cells += [ours, "" if published is None else f"{published[k]:.4f}"]
+            cells += [spread(col), "" if published is None else f"{published[k]:.4f}"]
         rows.append(cells)
     return header, rows
 
