@@ -27,9 +27,10 @@ needs_data = pytest.mark.skipif(not (DATA_DIR / "MANIFEST.md").exists(), reason=
 
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path, monkeypatch):
-    """Every test gets its own parse cache, working dir (outputs/) and MLflow store."""
+    """Every test gets its own parse cache, working dir (outputs/) and MLflow store, and no downloads."""
     monkeypatch.setenv("FEDRUN_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("FEDRUN_DATA_DIR", str(DATA_DIR))
+    monkeypatch.setenv("FEDRUN_OFFLINE", "1")  # no test reaches the network; a missing file is a named error at once
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.chdir(tmp_path)
     torch.manual_seed(0)  # a test's unseeded draws are the same whichever tests ran before it, on any device

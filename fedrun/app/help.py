@@ -12,7 +12,7 @@ GROUPS = ("method", "dataset", "backbone", "privacy", "attack", "defense", "audi
 EXAMPLES = (
     ("fedrun method=fedcl dataset=beauty", "FedCL in its paper's setting (GRU4Rec, LDP ε 4, 16 clients per update)"),
     ("fedrun method=lightfr dataset=filmtrust", "LightFR on its code's split: a method picks its paper's protocol"),
-    ("fedrun method=fedavg backbone=ncf dataset=ml-1m sim.seed=2", "any group option, any field, on the command line"),
+    ("fedrun method=fedavg backbone=ncf dataset=ml-100k sim.seed=2", "any group option or field on the command line"),
     ("fedrun -m method=central,fedavg sim.seed=1,2,3", "a sweep: one MLflow parent run and a report"),
     ("fedrun -m +experiment=lightfr/table5", "a paper's table as a preset (conf/experiment/)"),
 )
@@ -39,11 +39,12 @@ def text() -> str:
               "", "more:",
               "  fedrun info                      every group and option",
               "  fedrun info method=fedcl         one option in full: its paper, equations, defaults, presets",
+              "  fedrun data [<name>]             every dataset's files: present, downloadable, or where from",
               "  fedrun <overrides> --cfg job     the composed config, without running",
               "  fedrun-report <experiment>       mean ± std over seeds, the popularity floor beside every number",
               "  fedrun --hydra-help              Hydra's own flags (multirun, launchers, output folders)",
               "", "results: MLflow (sqlite:///outputs/mlflow.db unless track.uri / MLFLOW_TRACKING_URI says otherwise;",
               "`mlflow ui --backend-store-uri sqlite:///outputs/mlflow.db`), run folders under outputs/runs/ and",
-              "outputs/multirun/; data from $FEDRUN_DATA_DIR (`fedrun info dataset=<name>` says where each comes",
-              "from)."]
+              "outputs/multirun/; data from $FEDRUN_DATA_DIR (default: the OS cache), fetched by the first run",
+              "that needs it where it has a public address (`fedrun data`)."]
     return "\n".join(lines)

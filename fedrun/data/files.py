@@ -1,24 +1,25 @@
 """Locate dataset files, verify their sha256, fetch them from their public address if absent.
 
 Datasets are never shipped with fedrun. They are read from ``$FEDRUN_DATA_DIR/<dataset>/``
-(default ``~/.cache/fedrun/datasets``). A missing file is downloaded from its public
-address when it has one and the network answers; otherwise the error says which file to
-put where and where it comes from.
+(default: the OS cache folder, ``~/.cache/fedrun/datasets`` on Linux). A missing file is downloaded
+from its public address when it has one (pooch: retries, a progress bar on a terminal, the archive kept
+in the OS cache) unless ``FEDRUN_OFFLINE=1``; otherwise the error says which file to put where and where
+it comes from. ``fedrun data`` lists every dataset's files and their state (``fedrun.app.data``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import os
-import urllib.request
+import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from fedrun.errors import DataError
 
-DOWNLOAD_TIMEOUT_S = 20
+DOWNLOAD_TIMEOUT_S = 30
+DOWNLOAD_RETRIES = 3
 
 
 @dataclass(frozen=True)
@@ -35,8 +36,26 @@ class DataFile:
     member: str | None = None
 
 
+def github_file(repo: str, commit: str, path: str) -> str:
+    """The raw address of ``path`` in GitHub repository ``repo`` at ``commit`` (pinned: the bytes cannot move)."""
+    return f"https://raw.githubusercontent.com/{repo}/{commit}/{path.replace('+', '%2B')}"
+
+
+def cache_root() -> Path:
+    """The OS cache folder of fedrun (``~/.cache/fedrun`` on Linux, ``~/Library/Caches/fedrun`` on macOS)."""
+    import pooch
+
+    return Path(pooch.os_cache("fedrun"))
+
+
 def data_dir() -> Path:
-    return Path(os.environ.get("FEDRUN_DATA_DIR", Path.home() / ".cache" / "fedrun" / "datasets")).expanduser()
+    configured = os.environ.get("FEDRUN_DATA_DIR")
+    return Path(configured).expanduser() if configured else cache_root() / "datasets"
+
+
+def offline() -> bool:
+    """``FEDRUN_OFFLINE=1``: never download (a cluster node without network, the test suite)."""
+    return os.environ.get("FEDRUN_OFFLINE", "").strip().lower() in ("1", "true", "yes")
 
 
 def sha256_of(path: Path) -> str:
@@ -51,7 +70,7 @@ def resolve(dataset: str, spec: DataFile, root: Path | None = None) -> Path:
     """Return the verified local path of ``spec``, downloading it first if it is absent."""
     path = (root or data_dir()) / dataset / spec.path
     if not path.exists():
-        _fetch(dataset, spec, path)
+        fetch(dataset, spec, path)
     if not path.is_file():
         raise DataError(f"{path} is not a file (a folder or a special file stands where the data file belongs); "
                         "put the original file there.")
@@ -69,25 +88,48 @@ def resolve(dataset: str, spec: DataFile, root: Path | None = None) -> Path:
     return path
 
 
-def _fetch(dataset: str, spec: DataFile, path: Path) -> None:
+def fetch(dataset: str, spec: DataFile, path: Path) -> None:
+    """Download ``spec`` to ``path`` (a zip archive's ``member`` is extracted from the archive, which stays in the
+    OS cache); a missing address, ``FEDRUN_OFFLINE`` or a failed download is a :class:`DataError` naming the
+    file, where to put it and where it comes from."""
     where = f"Put the file at {path} (set FEDRUN_DATA_DIR to the folder holding '{dataset}/')"
+    source = f"{spec.url}" + (f" (member {spec.member})" if spec.member else "")
     if spec.url is None:
-        raise DataError(f"Missing data file {path}. It has no public download address. {where}.")
+        raise DataError(f"Missing data file {path}. It has no public download address (`fedrun data {dataset}` "
+                        f"says where it comes from). {where}.")
+    if offline():
+        raise DataError(f"Missing data file {path}, and FEDRUN_OFFLINE forbids downloading it. {where}; it comes "
+                        f"from {source}.")
     try:
-        with urllib.request.urlopen(spec.url, timeout=DOWNLOAD_TIMEOUT_S) as response:
-            payload = response.read()
-    except OSError as err:
-        raise DataError(
-            f"Missing data file {path}, and downloading it from {spec.url} failed ({err}). "
-            f"{where}; it comes from {spec.url}" + (f" (member {spec.member})" if spec.member else "") + "."
-        ) from None
-    if spec.member is not None:
-        with zipfile.ZipFile(io.BytesIO(payload)) as archive:
-            payload = archive.read(spec.member)
+        if spec.member is None:
+            _download(spec.url, path.parent, path.name, spec.sha256)
+        else:
+            archive = _download(spec.url, cache_root() / "archives", Path(spec.url).name, None)
+            _extract(archive, spec.member, path)
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
+        raise DataError(f"Missing data file {path}, and downloading it from {source} failed "
+                        f"({type(err).__name__}: {err}). {where}; it comes from {source}.") from None
+
+
+def _download(url: str, folder: Path, name: str, sha256: str | None) -> Path:
+    """``url`` saved as ``folder/name`` with retries and, on a terminal, a progress bar; a known ``sha256`` is
+    checked before the file is kept (pooch raises ValueError on a mismatch and removes the file)."""
+    import pooch
+
+    progress = sys.stderr.isatty()
+    store = pooch.create(path=folder, base_url="", registry={name: f"sha256:{sha256}" if sha256 else None},
+                         urls={name: url}, retry_if_failed=DOWNLOAD_RETRIES)
+    downloader = pooch.HTTPDownloader(progressbar=progress, timeout=DOWNLOAD_TIMEOUT_S)
+    return Path(store.fetch(name, downloader=downloader))
+
+
+def _extract(archive: Path, member: str, path: Path) -> None:
+    with zipfile.ZipFile(archive) as opened:
+        payload = opened.read(member)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".part")
-    tmp.write_bytes(payload)
-    tmp.replace(path)
+    partial = path.with_suffix(path.suffix + ".part")
+    partial.write_bytes(payload)
+    partial.replace(path)
 
 
 def digest(specs: list[DataFile]) -> str:

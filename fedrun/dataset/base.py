@@ -72,6 +72,9 @@ class Dataset:
     Config: ClassVar[type] = DatasetConfig
     name: ClassVar[str] = ""
     has_predefined_split: ClassVar[bool] = False
+    # where the files come from, for ``fedrun data``: the public source, or how to obtain or derive a file that
+    # has no public address
+    source: ClassVar[str] = ""
 
     def __init__(self, config: DatasetConfig):
         self.config = config
@@ -81,6 +84,12 @@ class Dataset:
 
     def files(self) -> list[DataFile]:
         raise NotImplementedError
+
+    @classmethod
+    def catalogue(cls) -> list[DataFile]:
+        """Every file this dataset can read, in any variant or split (``fedrun data``); by default the files of
+        its default configuration."""
+        return cls(cls.Config()).files()
 
     def read(self, paths: dict[str, Path]) -> dict[str, Interactions]:
         raise NotImplementedError

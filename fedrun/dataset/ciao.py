@@ -23,6 +23,8 @@ RATING = DataFile("rating.mat", "aa793568686285a93286ba9e56954fcce347370ad2e58c7
 
 class Ciao(Dataset):
     name = "ciao"
+    source = (f"Tang et al.'s ciao.zip ({URL}) holds rating.mat; fedrun does not fetch it (the archive's layout and "
+              "bytes are not pinned): extract rating.mat into the dataset folder, and the checksum decides.")
 
     def files(self) -> list[DataFile]:
         return [RATING]

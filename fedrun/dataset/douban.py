@@ -23,6 +23,7 @@ MATRIX = DataFile("training_test_dataset.mat", "1f4476321cbfe0f606e7e35d0695ca15
 
 class Douban(Dataset):
     name = "douban"
+    source = "Monti et al.'s Douban subset (fmonti/mgcnn, Data/douban), downloaded by name"
     has_predefined_split = True
 
     def files(self) -> list[DataFile]:

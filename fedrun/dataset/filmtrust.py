@@ -18,6 +18,8 @@ import numpy as np
 
 from fedrun.data.files import DataFile
 from fedrun.data.interactions import Interactions, reindex
+from fedrun.dataset._sources import LIGHTFR as LIGHTFR_CODE
+from fedrun.dataset._sources import raw
 from fedrun.dataset._text import read_table
 from fedrun.dataset.base import Dataset, DatasetConfig
 from fedrun.errors import DataError, check_choice
@@ -30,12 +32,11 @@ FULL = [
     DataFile("ratings_3.txt", "86e31a869eef1f8667217447f867436efc3bf32c05ff396902427dd5be01d3bd"),
 ]
 LIGHTFR = {
-    "train": DataFile("lightfr_split/filmtrust_train.csv",
-                      "240e2f3e1ea11128196b322c2a9a4d478df735630e788423528075162417c349"),
-    "valid": DataFile("lightfr_split/filmtrust_val.csv",
-                      "34556c6ccf050d947ef0da9897fd45577f49f2db0a689ffb32d7ef06d99a89f2"),
-    "test": DataFile("lightfr_split/filmtrust_test.csv",
-                     "2c0ef085baa63d2f188911b8bd1f052507a40bf395be9dd53c3259531b1458c4"),
+    part: DataFile(f"lightfr_split/filmtrust_{name}.csv", sha,
+                   raw(LIGHTFR_CODE, f"data/filmtrust/filmtrust_{name}.csv"))
+    for part, name, sha in (("train", "train", "240e2f3e1ea11128196b322c2a9a4d478df735630e788423528075162417c349"),
+                            ("valid", "val", "34556c6ccf050d947ef0da9897fd45577f49f2db0a689ffb32d7ef06d99a89f2"),
+                            ("test", "test", "2c0ef085baa63d2f188911b8bd1f052507a40bf395be9dd53c3259531b1458c4"))
 }
 
 RAW_LOW, RAW_HIGH = 0.5, 4.0  # FilmTrust's rating range
@@ -53,6 +54,14 @@ class FilmtrustConfig(DatasetConfig):
 class Filmtrust(Dataset):
     Config = FilmtrustConfig
     name = "filmtrust"
+    source = ("lightfr_split/: the LightFR authors' code (hongleizhang/LightFR, data/filmtrust), downloaded by name. "
+              f"ratings_0..3.txt: FilmTrust's ratings.txt (distributed by LibRec, {URL}) cut into four files at line "
+              "boundaries; no address serves the parts: put them as given, or cut ratings.txt so that each part's "
+              "checksum matches.")
+
+    @classmethod
+    def catalogue(cls) -> list[DataFile]:
+        return [*FULL, *LIGHTFR.values()]
 
     def __init__(self, config: FilmtrustConfig):
         self.has_predefined_split = config.variant == "lightfr"

@@ -11,6 +11,7 @@ LIGHTGCN = "https://raw.githubusercontent.com/kuandeng/LightGCN/master/Data/gowa
 
 class Gowalla(SequenceDataset):
     name = "gowalla"
+    source = "LightGCN's preprocessed split (kuandeng/LightGCN, Data/gowalla), downloaded by name"
     has_predefined_split = True
     parts = {
         "train": DataFile("train.txt", "7244696fdeb23911319cf7b689f2e15a3c4c92549c873a5677b44e3f13cc3e62",

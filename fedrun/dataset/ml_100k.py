@@ -40,6 +40,11 @@ def _file(name: str) -> DataFile:
 class Ml100k(Dataset):
     name = "ml-100k"
     has_predefined_split = True
+    source = f"GroupLens' ml-100k.zip ({URL}), downloaded by name (research use, no redistribution)"
+
+    @classmethod
+    def catalogue(cls) -> list[DataFile]:
+        return [_file(name) for name in SHA]
 
     def __init__(self, config):
         super().__init__(config)

@@ -13,13 +13,16 @@ from dataclasses import dataclass
 
 from fedrun.data.files import DataFile
 from fedrun.dataset._sequences import SequenceDataset
+from fedrun.dataset._sources import POISON_FED_DLRS, raw
 from fedrun.dataset.base import DatasetConfig
 from fedrun.errors import check_choice
 
 SEQUENCES = {"all": DataFile("sequences.txt", "3b3803d72c034929ada18b2cbd114296261c012b7a3e10282543adeceba53fb1")}
 SPLIT80_20 = {
-    "train": DataFile("split80-20/train.dat", "007936b9f74eba871cedbcd4f91a464a13f2a321b9df2d793dcbdc9d0fb2a408"),
-    "test": DataFile("split80-20/test.dat", "b4da1eb04b1cc6780d2b54aa7c35c7c2e701b81aa030f0547420ab16c7487518"),
+    "train": DataFile("split80-20/train.dat", "007936b9f74eba871cedbcd4f91a464a13f2a321b9df2d793dcbdc9d0fb2a408",
+                      raw(POISON_FED_DLRS, "Data/ML/train.dat")),
+    "test": DataFile("split80-20/test.dat", "b4da1eb04b1cc6780d2b54aa7c35c7c2e701b81aa030f0547420ab16c7487518",
+                     raw(POISON_FED_DLRS, "Data/ML/test.dat")),
 }
 
 
@@ -35,6 +38,15 @@ class Ml1mConfig(DatasetConfig):
 class Ml1m(SequenceDataset):
     Config = Ml1mConfig
     name = "ml-1m"
+    source = ("split80-20/: the A-ra/A-hum authors' code (rdz98/PoisonFedDLRS, Data/ML), downloaded by name. "
+              "sequences.txt has no public address: it is GroupLens' ml-1m.zip (https://files.grouplens.org/datasets/"
+              "movielens/ml-1m.zip, research use, no redistribution) with each user's ratings.dat rows turned into "
+              "one line `UserID MovieID MovieID ...` in timestamp order; rows with equal timestamps keep the order "
+              "the file had, so a re-derivation whose tie order differs fails the checksum.")
+
+    @classmethod
+    def catalogue(cls) -> list[DataFile]:
+        return [*SEQUENCES.values(), *SPLIT80_20.values()]
 
     def __init__(self, config: Ml1mConfig):
         split80 = config.variant == "split80-20"

@@ -48,6 +48,7 @@ class SyntheticConfig(DatasetConfig):
 class Synthetic(Dataset):
     Config = SyntheticConfig
     name = "synthetic"
+    source = "generated from its seed and settings; no file"
 
     def files(self) -> list[DataFile]:
         return []

@@ -12,6 +12,7 @@ from fedrun.dataset.beauty import S3REC
 
 class Yelp(SequenceDataset):
     name = "yelp"
+    source = "S3-Rec's preprocessed file (RUCAIBox/CIKM2020-S3Rec, data/), downloaded by name"
     ordered = True
     parts = {"all": DataFile("Yelp.txt", "724b219106b81dd2349027da997334ddb6da9fe2f152ad6e0d97a93170f7caed",
                              S3REC + "Yelp.txt")}
