@@ -59,11 +59,12 @@ def test_uploads_equal_a_per_client_reference_loop(cls, config):
     backbone, public = ncf_view()
     attack = attack_on(cls, config, backbone)
     assert attack.n_clients == 4  # int(400 × 0.01)
-    uploads = attack.craft(public, RoundContext(0, 0, 16))
+    ctx = RoundContext(0, 0, 16)
+    uploads = attack.craft(public, ctx)
     targets = attack.targets
     assert uploads.n_clients == 4 and uploads.row_item.tolist() == [3, 7] * 4
     for client in range(4):
-        users = attack.users[client]
+        users = attack.drawn(torch.tensor([client]), ctx)[0]  # this round's synthetic users [s, du]
         if cls is AHum:  # mined one user at a time, model frozen
             mined = []
             for u in users:
@@ -74,8 +75,8 @@ def test_uploads_equal_a_per_client_reference_loop(cls, config):
                     (g,) = torch.autograd.grad(F.softplus(score).sum(), u)
                     u = (u - 0.05 * g).detach()
                 mined.append(u)
+            assert not torch.allclose(torch.stack(mined), users)
             users = torch.stack(mined)
-            assert not torch.allclose(users, attack.users[client])
         rows, dense = reference_upload(backbone, public, users, targets, 0.05)
         mine = uploads.row_client == client
         torch.testing.assert_close(uploads.row_delta[mine], rows, rtol=1e-4, atol=1e-7)
@@ -86,12 +87,12 @@ def test_uploads_equal_a_per_client_reference_loop(cls, config):
 def test_mining_makes_the_synthetic_users_dislike_the_target():
     backbone, public = ncf_view()
     attack = attack_on(AHum, AHumConfig(fraction=0.01, mining_steps=30), backbone)
-    clients = torch.arange(attack.n_clients)
+    clients, ctx = torch.arange(attack.n_clients), RoundContext(3, 0, 16)
     width = attack.users.shape[-1]
-    users = attack.users.reshape(-1, width)
+    users = attack.drawn(clients, ctx).reshape(-1, width)
     rows = public.item[attack.targets].expand(users.shape[0], -1, -1)
     before = attack.target_scores(users, rows, public.net)
-    after = attack.target_scores(attack.synthetic(public, clients).reshape(-1, width), rows, public.net)
+    after = attack.target_scores(attack.synthetic(public, clients, ctx).reshape(-1, width), rows, public.net)
     assert float(after.mean()) < float(before.mean())
 
 
@@ -127,11 +128,26 @@ def test_a_hums_mining_in_closed_form_equals_the_autograd_steps():
     _, public = backbone.init_params(30, 20, torch.Generator().manual_seed(0))
     public.item.mul_(10)
     attack = attack_on(AHum, AHumConfig(fraction=0.01, mining_steps=30), backbone)
-    clients = torch.arange(attack.n_clients)
-    closed = attack.synthetic(public, clients)
+    clients, ctx = torch.arange(attack.n_clients), RoundContext(0, 0, 16)
+    closed = attack.synthetic(public, clients, ctx)
     backbone.linear_in_user = False  # this instance differentiates its score instead
-    torch.testing.assert_close(closed, attack.synthetic(public, clients), rtol=1e-5, atol=1e-6)
-    assert not torch.allclose(closed, attack.users[clients])
+    torch.testing.assert_close(closed, attack.synthetic(public, clients, ctx), rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(closed, attack.drawn(clients, ctx))
+
+
+def test_synthetic_users_are_fresh_for_every_upload_as_the_code_or_kept_once():
+    """The A-hum code re-initialises its synthetic users before every upload (``per_upload``, the default); ``once``
+    keeps the set-up draw. Either is the same for the same seed and round, whichever clients join."""
+    backbone, _ = ncf_view()
+    fresh = attack_on(ARA, ARAConfig(fraction=0.01), backbone)
+    again = attack_on(ARA, ARAConfig(fraction=0.01), backbone)
+    kept = attack_on(ARA, ARAConfig(fraction=0.01, synthetic_draw="once"), backbone)
+    everyone, round_3, round_4 = torch.arange(fresh.n_clients), RoundContext(3, 0, 16), RoundContext(4, 0, 16)
+    assert not torch.equal(fresh.drawn(everyone, round_3), fresh.drawn(everyone, round_4))
+    torch.testing.assert_close(fresh.drawn(everyone, round_3), again.drawn(everyone, round_3), rtol=0, atol=0)
+    torch.testing.assert_close(fresh.drawn(everyone[2:], round_3), fresh.drawn(everyone, round_3)[2:], rtol=0, atol=0)
+    torch.testing.assert_close(kept.drawn(everyone, round_3), kept.drawn(everyone, round_4), rtol=0, atol=0)
+    assert abs(float(fresh.drawn(everyone, round_3).std()) - 0.01) < 0.003  # N(0, σ²), σ = init_std
 
 
 def test_sampled_participation_draws_from_the_attack_seed():

@@ -5,10 +5,11 @@ As A-ra (``fedrun.attack.a_ra``), but before crafting its upload every round eac
 mines its s synthetic users into "hard" users who dislike the targets: ``mining_steps`` (30) plain
 gradient steps at ``mining_lr`` (0.001, the code's model lr; null: the upload's lr) on BCE(score(u, t), 0)
 = softplus(score) w.r.t. the user embeddings only, with the downloaded item rows and shared weights
-frozen. Open point: mining starts every round from the fixed synthetic users (the code keeps no
-mined state between rounds). Vectorized over every malicious client's users at once. A backbone whose
-score is linear in the user row (MF) gives the step's gradient in closed form, Σ_t σ(score_t)·∂score_t/∂u
-(``Backbone.user_score_grad``); the others go through autograd, one small graph per step.
+frozen. Mining starts every round from that round's synthetic users (``synthetic_draw``: fresh ones, as
+the code; the code keeps no mined state between rounds). Vectorized over every malicious client's users
+at once. A backbone whose score is linear in the user row (MF) gives the step's gradient in closed form,
+Σ_t σ(score_t)·∂score_t/∂u (``Backbone.user_score_grad``); the others go through autograd, one small graph
+per step.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch.nn.functional as F
 from fedrun.attack.a_ra import ARA, ARAConfig
 from fedrun.backbone.base import PublicParams
 from fedrun.errors import check
+from fedrun.types import RoundContext
 
 
 @dataclass
@@ -37,8 +39,8 @@ class AHumConfig(ARAConfig):
 class AHum(ARA):
     Config = AHumConfig
 
-    def synthetic(self, view: PublicParams, clients: torch.Tensor) -> torch.Tensor:
-        users = self.users[clients]  # [M', s, du]
+    def synthetic(self, view: PublicParams, clients: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
+        users = self.drawn(clients, ctx)  # [M', s, du]
         M, s, du = users.shape
         step = self.config.mining_lr if self.config.mining_lr is not None else self.lr
         rows = view.item[self.targets].detach().unsqueeze(0).expand(M * s, -1, -1)  # [M's, T, di] frozen

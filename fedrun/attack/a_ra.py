@@ -2,9 +2,12 @@
 "Poisoning deep learning based recommender model in federated learning scenarios"), as the A-hum
 authors' code runs it (``../shared/REFERENCE.md`` §2).
 
-Each malicious client holds s synthetic users (``synthetic_users``, 10) whose embeddings are drawn
-once, u ~ N(0, σ²) with σ = ``init_std`` (0.01), from the attack's own seed — the random
-approximation of benign users. Every round it joins, a malicious client uploads the gradient of the
+Each malicious client approximates benign users with s synthetic users (``synthetic_users``, 10),
+u ~ N(0, σ²) with σ = ``init_std`` (0.01), from the attack's own seed. ``synthetic_draw=per_upload`` (the
+default) draws them afresh for every upload, as the code does (``AttackClient.train_`` re-initialises its
+user embedding before each of the s users); ``once`` draws them once and keeps them (fedrun's reading
+before session 54, and the setting of the equivalence records). Every round it joins, a malicious client
+uploads the gradient of the
 "like the target" loss BCE(score(u, t), 1) = softplus(−score), averaged over its s users and summed
 over the targets, w.r.t. the targets' item rows and every shared weight, as a client's delta:
 −lr × gradient (``lr`` null: the method's client learning rate, so the server treats it as it treats
@@ -28,19 +31,23 @@ import torch.nn.functional as F
 from fedrun.attack.base import Attack, AttackConfig, AttackSetup
 from fedrun.backbone.base import PublicParams
 from fedrun.core.seeding import generator
-from fedrun.errors import check, check_positive
+from fedrun.errors import check, check_choice, check_positive
 from fedrun.types import RoundContext, Uploads
+
+SYNTHETIC_DRAWS = ("per_upload", "once")
 
 
 @dataclass
 class ARAConfig(AttackConfig):
     synthetic_users: int = 10  # s per malicious client
     init_std: float = 0.01  # σ of the synthetic users' embeddings
+    synthetic_draw: str = "per_upload"  # per_upload (the code: fresh users for every upload) | once (kept)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check(self.synthetic_users >= 1, "synthetic_users", self.synthetic_users, "an integer >= 1")
         check_positive("init_std", self.init_std)
+        check_choice("synthetic_draw", self.synthetic_draw, SYNTHETIC_DRAWS)
 
 
 class ARA(Attack):
@@ -52,13 +59,24 @@ class ARA(Attack):
         self.backbone, self.targets = setup.backbone, setup.targets.to(setup.device)
         self.lr = config.lr if config.lr is not None else setup.client_lr
         self.enlist(setup)
-        shape = (self.n_clients, config.synthetic_users, setup.backbone.user_width)
-        self.users = (torch.randn(shape, generator=generator(setup.seed, "attack-users")) * config.init_std
-                      ).to(setup.device)  # [M, s, du], fixed
+        self.seed = setup.seed
+        self.users = self.draw_users(0).to(setup.device)  # [M, s, du]
 
-    def synthetic(self, view: PublicParams, clients: torch.Tensor) -> torch.Tensor:
+    def draw_users(self, step: int) -> torch.Tensor:
+        """[M, s, du] every malicious client's synthetic users, N(0, σ²), draw ``step`` of the attack's stream."""
+        shape = (self.n_clients, self.config.synthetic_users, self.backbone.user_width)
+        return torch.randn(shape, generator=generator(self.seed, "attack-users", step)) * self.config.init_std
+
+    def drawn(self, clients: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
+        """[M', s, du] the joining clients' synthetic users for this round's uploads: the ones drawn at set-up
+        (``once``), or a fresh draw for the round (``per_upload``: a client uploads at most once a round)."""
+        if self.config.synthetic_draw == "once":
+            return self.users[clients]
+        return self.draw_users(ctx.round + 1).to(self.users.device)[clients]
+
+    def synthetic(self, view: PublicParams, clients: torch.Tensor, ctx: RoundContext) -> torch.Tensor:
         """[M', s, du] the users a malicious client approximates benign users with (A-ra: as drawn)."""
-        return self.users[clients]
+        return self.drawn(clients, ctx)
 
     def target_scores(self, users: torch.Tensor, rows: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor:
         """users [N, du], rows [N, T, di], net shared or [N, *shape] → scores of the targets [N, T]."""
@@ -69,7 +87,7 @@ class ARA(Attack):
         if clients.numel() == 0:
             return None
         with torch.enable_grad():
-            users = self.synthetic(view, clients).detach()  # [M', s, du]
+            users = self.synthetic(view, clients, ctx).detach()  # [M', s, du]
             M, s, du = users.shape
             T = self.targets.numel()
             rows = view.item[self.targets].detach().unsqueeze(0).repeat(M, 1, 1).requires_grad_(True)  # [M', T, di]

@@ -49,6 +49,8 @@ SMALL_PFR = ["dataset=ml-100k", "sim.clients_per_round=64", "sim.max_rounds=8"]
 ATTACKED = ["method=fedavg", "backbone=mf", "dataset=ml-100k", "sim.max_rounds=6", "attack.fraction=0.02"]
 # the schedule each attack's record was taken with (#62 made per_epoch every attack's default)
 RECORDED_SCHEDULE = {"fedrecattack": "sampled"}
+# the synthetic users' draw the A-ra/A-hum records were taken with (session 54 made per_upload, the code's, the default)
+RECORDED_DRAW = {"a_ra": ["attack.synthetic_draw=once"], "a_hum": ["attack.synthetic_draw=once"]}
 CASES: dict[str, list[str]] = {
     "fedavg-mf": ["method=fedavg", "backbone=mf", "dataset=ml-100k", "sim.epochs=2"],
     "fedavg-ncf": ["method=fedavg", "backbone=ncf", "dataset=ml-100k", "sim.epochs=2"],
@@ -79,7 +81,8 @@ CASES: dict[str, list[str]] = {
     "central-bert4rec": ["method=central", "backbone=bert4rec", "dataset=ml-100k", "sim.epochs=1"],
     "svdpp": [*LIGHTFR, "row=lightfr/svdpp"],
     **{f"{attack}-{defense}": [*ATTACKED, f"attack={attack}", f"defense={defense}",
-                               f"attack.participation={RECORDED_SCHEDULE.get(attack, 'every_round')}"]
+                               f"attack.participation={RECORDED_SCHEDULE.get(attack, 'every_round')}",
+                               *RECORDED_DRAW.get(attack, [])]
        for attack, defense in
        [("a_ra", "median"), ("a_hum", "trimmed_mean"), ("eb", "krum"), ("fedrecattack", "multi_krum"),
         ("psmu", "norm_bound"), ("ra", "hics")]},
