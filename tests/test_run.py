@@ -123,6 +123,10 @@ def test_report_aggregates_seeds_and_lists_failed_runs(tmp_path):
     assert len(rows) == 2 and all("| 2 " in row and "±" in row for row in rows)
     assert "Runs that did not finish (1)" in text and "NumericalError" in text
     assert (tmp_path / "reports" / "t3" / "report.csv").exists()
+    client = MlflowClient()
+    names = {r.info.run_name for r in client.search_runs([client.get_experiment_by_name("t3").experiment_id])}
+    assert {"method=fedavg · backbone=mf · dataset=synthetic · seed=1",
+            "method=pop · backbone=mf · dataset=synthetic · seed=2"} <= names  # a sweep's seeds told apart
 
 
 def test_report_ledger_keeps_runs_the_store_lost(tmp_path):

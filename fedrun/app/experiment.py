@@ -96,7 +96,7 @@ def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) ->
         parent = tracker.sweep_parent(experiment, sweep, sweep_overrides(sweep)) if sweep else None
         if parent is not None:
             tags["mlflow.parentRunId"] = parent
-        tracker.start(experiment, b.label.replace(" ", " · "), params, tags)
+        tracker.start(experiment, run_name(b.plan.cfg, sim.seed), params, tags)
     log_dataset(b, tracker)
     checkpoint_path = Path(sim.checkpoint_dir or job_dir()) / "checkpoint.pt"
     config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
@@ -299,8 +299,7 @@ def record_failure(cfg: DictConfig, err: Exception, sweep: str | None, job: int 
             if parent is not None:
                 tags["mlflow.parentRunId"] = parent
         params = config_params(cfg, resolve=False)
-        tracker.start(experiment, " · ".join(f"{g}={choices[g]}" for g in ("method", "backbone", "dataset")),
-                      params, tags)
+        tracker.start(experiment, run_name(cfg, OmegaConf.select(cfg, "sim.seed", default="?")), params, tags)
         tracker.finish("FAILED", f"{type(err).__name__}: {err}")
     except Exception as tracking_error:  # never hide the user's error behind a tracking one
         log.warning("could not record the failed run with its tracker: %s", tracking_error)
@@ -328,6 +327,19 @@ def write_atomically(path: Path, text: str) -> Path:
         temporary.unlink(missing_ok=True)
         raise
     return path
+
+
+def run_name(cfg: DictConfig, seed: Any) -> str:
+    """The MLflow run's name: what it runs and its seed, so a sweep's seeds are told apart in the runs table —
+    ``method=fedcl · backbone=gru4rec · dataset=beauty · seed=2``, with the preset's row and an attack or a
+    defense where the run has one."""
+    def choice(group: str) -> str:
+        return str(OmegaConf.select(cfg, f"choices.{group}", default="") or "")
+
+    parts = [f"{g}={choice(g)}" for g in ("method", "backbone", "dataset") if choice(g)]
+    parts += [f"{g}={choice(g).split('/')[-1]}" for g in ("row", "attack", "defense")
+              if choice(g) and choice(g).split("/")[-1] not in ("none", "mean", "sum")]
+    return " · ".join([*parts, f"seed={seed}"])
 
 
 def experiment_name(configured: Any, cfg: DictConfig, dataset: str) -> str:

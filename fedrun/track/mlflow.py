@@ -227,6 +227,6 @@ class Mlflow(Tracker):
         page = f"#/experiments/{self.experiment_id}/runs"
         if self.uri.startswith(("http://", "https://")):  # a server: the run's page on it
             return f"MLflow run {self._run_id}: {self.uri.rstrip('/')}/{page}/{self._run_id}"
-        return (f"MLflow run {self._run_id}: `mlflow ui --backend-store-uri {hide_password(self.uri)}`, then the runs "
-                f"table at http://127.0.0.1:5000/{page}")
+        return (f"MLflow run {self._run_id}: `mlflow ui --backend-store-uri {hide_password(self.uri)}`, then its page "
+                f"http://127.0.0.1:5000/{page}/{self._run_id} (the runs table: without the id)")
 
