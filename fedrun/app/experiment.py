@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,10 @@ class AbortedBeforeStart(KeyboardInterrupt):
     """Ctrl-C while the data was loading or the method was being built: no run was recorded."""
 
 
-def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) -> RunResult:
+def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None,
+        recording: Callable[[Tracker], Tracker] | None = None) -> RunResult:
+    """One run of ``cfg``: built, trained, tested and recorded (``recording`` wraps the run's tracker, e.g. in a
+    ``fedrun.track.recording.Recording`` that keeps the per-round history for the Python API)."""
     try:
         b = build_run(cfg)
     except FedrunError as err:
@@ -84,7 +88,7 @@ def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None) ->
         raise
     except KeyboardInterrupt:
         raise AbortedBeforeStart() from None
-    tracker, sim = b.plan.tracker, b.plan.sim
+    tracker, sim = b.plan.tracker if recording is None else recording(b.plan.tracker), b.plan.sim
     state, resumed_run, same_params = resume_state(b, cfg) if sim.resume else (None, None, False)
     experiment = experiment_name(getattr(tracker.config, "experiment", None), cfg, b.plan.dataset.name)
     if not (resumed_run and same_params and tracker.resume(resumed_run)):
