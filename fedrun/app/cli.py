@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from fedrun.core import outdir
 from fedrun.core.choices import check_group_choices
 from fedrun.core.paths import config_dir
+from fedrun.core.plugins import search_path_override
 from fedrun.errors import ConfigError, FedrunError
 from fedrun.sim import launchers
 from fedrun.sim.loop import Interrupted
@@ -107,6 +108,7 @@ def main() -> None:
         launchers.check_launcher(sys.argv[1:])
         outdir.check_output_folders(sys.argv[1:])
         check_group_choices(sys.argv[1:])
+        sys.argv += search_path_override(sys.argv[1:])  # the plugins' options (fedrun.core.plugins)
     except FedrunError as err:
         print(f"fedrun: error: {err}", file=sys.stderr)
         sys.exit(2)

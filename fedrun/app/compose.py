@@ -16,7 +16,10 @@ def compose(overrides: list[str]) -> DictConfig:
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import open_dict
 
+    from fedrun.core.plugins import search_path_override
+
     GlobalHydra.instance().clear()
+    overrides = [*overrides, *search_path_override(overrides)]  # the plugins' options (fedrun.core.plugins)
     with initialize_config_dir(config_dir(), version_base="1.3"):
         cfg = hydra_compose("config", overrides=overrides, return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)

@@ -19,8 +19,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from fedrun.core.choices import check_group_choices, options
-from fedrun.core.paths import config_dir
+from fedrun.core.choices import check_group_choices, option_file, options
 from fedrun.data.files import DataFile, data_dir, resolve, sha256_of
 from fedrun.dataset.base import Dataset
 from fedrun.errors import DataError
@@ -37,7 +36,7 @@ class FileState:
 
 
 def dataset_class(name: str) -> type[Dataset]:
-    target = str(OmegaConf.select(OmegaConf.load(Path(config_dir()) / "dataset" / f"{name}.yaml"), "_target_"))
+    target = str(OmegaConf.select(OmegaConf.load(option_file("dataset", name)), "_target_"))
     module, cls = target.rsplit(".", 1)
     return getattr(importlib.import_module(module), cls)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from fedrun.core.choices import options
+from fedrun.core.choices import option_file, options
 from fedrun.core.paths import config_dir
 from fedrun.errors import FedrunError
 
@@ -25,7 +25,7 @@ WIDTH = 100  # characters of an option's one-line summary
 
 
 def target_of(group: str, option: str) -> str | None:
-    return OmegaConf.load(Path(config_dir()) / group / f"{option}.yaml").get("_target_")
+    return OmegaConf.load(option_file(group, option)).get("_target_")
 
 
 def docstring(target: str | None) -> str:
@@ -42,7 +42,7 @@ def summary(group: str, option: str) -> str:
     if paragraph:
         sentence = paragraph.split(". ")[0].rstrip(".") + "."
         return sentence if len(sentence) <= WIDTH else sentence[:WIDTH].rsplit(" ", 1)[0] + " …"
-    for line in (Path(config_dir()) / group / f"{option}.yaml").read_text().splitlines():
+    for line in option_file(group, option).read_text().splitlines():
         if line.startswith("#") and not line.startswith("# @package"):
             return line.lstrip("# ").strip()
     return ""
@@ -114,10 +114,11 @@ def describe(selection: str) -> str:
                           f"got {selection!r}")
     if option not in options(group):
         raise FedrunError(f"{group}={option} is not an option: {', '.join(options(group))}")
-    path = Path(config_dir()) / group / f"{option}.yaml"
+    path = option_file(group, option)
     defaults = path.read_text().rstrip()
+    where = f"conf/{group}/{option}.yaml" if path.is_relative_to(config_dir()) else str(path)
     lines = [f"{group}={option}", "", docstring(target_of(group, option)) or summary(group, option), "",
-             f"defaults (conf/{group}/{option}.yaml):", *("  " + line for line in defaults.splitlines())]
+             f"defaults ({where}):", *("  " + line for line in defaults.splitlines())]
     for setting in settings_of(path):  # the paper's setting of the other groups it selects
         text = (Path(config_dir()) / f"{setting}.yaml").read_text().rstrip()
         lines += ["", f"its paper's setting of the other groups (conf/{setting}.yaml):",

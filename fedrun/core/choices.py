@@ -19,10 +19,29 @@ CHECKED = ("method", "dataset", "backbone", "privacy", "attack", "defense", "aud
            "setup", "experiment", "protocol")
 
 
+def config_dirs() -> list[Path]:
+    """fedrun's ``conf/``, then every plugin's config folder (``fedrun.core.plugins``)."""
+    from fedrun.core.plugins import plugin_conf_dirs
+
+    return [Path(config_dir()), *plugin_conf_dirs()]
+
+
 def options(group: str) -> list[str]:
-    """Every option of a config group: its yaml files, nested folders as ``folder/name``."""
-    root = Path(config_dir()) / group
-    return sorted(path.relative_to(root).with_suffix("").as_posix() for path in root.rglob("*.yaml"))
+    """Every option of a config group, fedrun's and the plugins': its yaml files, nested folders as ``folder/name``."""
+    found = set()
+    for conf in config_dirs():
+        root = conf / group
+        found |= {path.relative_to(root).with_suffix("").as_posix() for path in root.rglob("*.yaml")}
+    return sorted(found)
+
+
+def option_file(group: str, option: str) -> Path:
+    """The yaml file of ``group=option``: fedrun's own, else the first plugin's that has it."""
+    for conf in config_dirs():
+        path = conf / group / f"{option}.yaml"
+        if path.is_file():
+            return path
+    raise ConfigError(group, option, f"one of {', '.join(options(group))}")
 
 
 def check_group_choices(argv: list[str]) -> None:
