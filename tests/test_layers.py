@@ -22,7 +22,7 @@ LAYERS = [
     ("evaluation", ["eval"]),
     ("simulator", ["sim"]),
     ("formatting", ["report"]),
-    ("application", ["app", "__init__", "__main__"]),
+    ("application", ["app", "api", "__init__", "__main__"]),  # api: the Python API (fedrun.run, fedrun.compose)
     ("references", ["testing"]),  # the per-client loops and measures that tests and benchmarks use; imports none
 ]
 LAYER_OF = {top: rank for rank, (_, tops) in enumerate(LAYERS) for top in tops}
