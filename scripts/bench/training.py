@@ -32,6 +32,7 @@ from common import (
 )
 
 from fedrun.app.compose import compose
+from fedrun.testing import kernel_floor
 from fedrun.testing.measure import machine, peak_rss_gb, sync
 
 TRAIN = {
@@ -43,6 +44,33 @@ TRAIN = {
                    NCF + ["sim.local_epochs=5", "method.optimizer.name=adam", "method.optimizer.lr=0.001"], 256,
                    central=["method.optimizer.name=adam", "method.optimizer.lr=0.001"]),
 }
+
+
+FLOORED = ("w0", "w2")  # MF with BPR and one local SGD step: the workloads whose round has a kernel floor
+
+
+def time_kernel_floor(env, clients: int, rounds: int, dim: int = 32) -> tuple[float, float]:
+    """(s / round of the bare arithmetic on pre-drawn pairs, s / round with the drawing) of ``rounds`` rounds of
+    ``clients`` clients (``fedrun.testing.kernel_floor``), measured in this process beside fedrun's round."""
+    generator = torch.Generator().manual_seed(0)
+    user = torch.randn(env.n_users, dim, generator=generator).to(env.device) * 0.1
+    item = torch.randn(env.n_items, dim, generator=generator).to(env.device) * 0.1
+    eligible = env.clients_with_data()  # [users with training data] (on the CPU, as the store)
+    drawn = [kernel_floor.draw_pairs(env.train, eligible, clients, env.n_items, generator) for _ in range(rounds + 1)]
+    drawn = [tuple(t.to(env.device) for t in round_) for round_ in drawn]
+    kernel_floor.mf_bpr_round(user, item, *drawn[0], lr=10.0, user_lr=10.0)  # warm-up
+    sync(env.device)
+    started = time.perf_counter()
+    for round_ in drawn[1:]:
+        kernel_floor.mf_bpr_round(user, item, *round_, lr=10.0, user_lr=10.0)
+    sync(env.device)
+    arithmetic = (time.perf_counter() - started) / rounds
+    started = time.perf_counter()
+    for _ in range(rounds):
+        round_ = kernel_floor.draw_pairs(env.train, eligible, clients, env.n_items, generator)
+        kernel_floor.mf_bpr_round(user, item, *(t.to(env.device) for t in round_), lr=10.0, user_lr=10.0)
+    sync(env.device)
+    return arithmetic, (time.perf_counter() - started) / rounds
 
 
 def bench_train(work: Workload, args, out: Path) -> str:
@@ -71,11 +99,15 @@ def bench_train(work: Workload, args, out: Path) -> str:
     sync(env.device)
     t_central = time.perf_counter() - started
     per_epoch = fedrun.rounds_per_epoch()
+    floor = None
+    if work.name in FLOORED:  # the round's bare arithmetic, and with its sampling, in this process (issue #67)
+        floor, floor_sampled = time_kernel_floor(env, clients, args.rounds)
+        paths += [("kernel floor (arithmetic)", floor), ("kernel floor + sampling", floor_sampled)]
     rows = [[name, f"{s:.4f}", f"{clients / s:,.0f}", f"{t_loop / s:.1f}×", f"{s * per_epoch:.2f}",
-             f"{s * per_epoch / t_central:.2f}×"] for name, s in paths]
-    rows.append(["central epoch", "", "", "", f"{t_central:.2f}", "1.00×"])
+             f"{s * per_epoch / t_central:.2f}×", f"{s / floor:.1f}×" if floor else ""] for name, s in paths]
+    rows.append(["central epoch", "", "", "", f"{t_central:.2f}", "1.00×", ""])
     header = [f"{work.name.upper()} path", "s / round", "client updates / s", "vs loop", "s / epoch",
-              "epoch vs central"]
+              "epoch vs central", "× kernel floor"]
     caption = (f"{work.name.upper()} {work.title}{' [tiny synthetic]' if args.tiny else ''}: {clients} clients/round, "
                f"{per_epoch} rounds/epoch; {machine(args.device)}; "
                f"peak RSS of the fedrun path {rss_fedrun:.2f} GB{memory}; "
