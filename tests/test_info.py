@@ -61,3 +61,17 @@ def test_a_method_shows_the_paper_setting_it_selects():
     assert "its paper's setting of the other groups (conf/setting/perfedrecpp.yaml)" in text
     assert "override /backbone: perfedrecpp/lightgcn" in text and "keep_best: true" in text
     assert settings_of(Path(config_dir()) / "method" / "fedavg.yaml") == []  # no paper of its own
+
+
+def test_the_overview_and_a_misspelt_option_answer_without_torch_or_mlflow():
+    """``fedrun info`` reads the modules' docstrings from their sources; a misspelt option is refused by the entry
+    point before the Hydra app (which imports torch) loads."""
+    import sys
+
+    code = ("import sys, io, contextlib\n"
+            "from fedrun.app import info, entry\n"
+            "with contextlib.redirect_stdout(io.StringIO()): info.main([])\n"
+            "try:\n    entry.refuse_misspelt_options(['method=fedcll'])\nexcept SystemExit as e:\n    print(e.code)\n"
+            "print('torch' in sys.modules, 'mlflow' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["2", "False", "False"] and "closest: fedcl" in done.stderr

@@ -1,9 +1,21 @@
-"""The ``fedrun`` command: ``--help`` answers from ``conf/`` at once and ``fedrun data`` lists the datasets
-(nothing heavy imported); everything else is the Hydra app (``fedrun.app.cli``)."""
+"""The ``fedrun`` command: ``--help``, ``fedrun info``, ``fedrun data`` and a misspelt option's refusal answer from
+``conf/`` and the sources at once (nothing heavy imported); everything else is the Hydra app (``fedrun.app.cli``)."""
 
 from __future__ import annotations
 
 import sys
+
+
+def refuse_misspelt_options(argv: list[str]) -> None:
+    """A misspelt ``group=option`` is refused here, in one line, before torch, Hydra or MLflow load."""
+    from fedrun.core.choices import check_group_choices
+    from fedrun.errors import FedrunError
+
+    try:
+        check_group_choices(argv)
+    except FedrunError as err:
+        print(f"fedrun: error: {err}", file=sys.stderr)
+        sys.exit(2)
 
 
 def main() -> None:
@@ -12,6 +24,11 @@ def main() -> None:
 
         print(text())
         return
+    if sys.argv[1:2] == ["info"]:  # every group and option, from conf/ and the modules' sources
+        from fedrun.app.info import main as info
+
+        sys.exit(info(sys.argv[2:]))
+    refuse_misspelt_options(sys.argv[1:])
     if sys.argv[1:2] == ["data"]:
         from fedrun.app.data import main as data
         from fedrun.errors import FedrunError

@@ -9,7 +9,9 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -29,11 +31,18 @@ def target_of(group: str, option: str) -> str | None:
 
 
 def docstring(target: str | None) -> str:
-    """The docstring of the module that implements ``target`` (a class path)."""
+    """The docstring of the module that implements ``target`` (a class path), read from its source without
+    importing it (so ``fedrun info`` answers without loading torch); a module without a source file is imported."""
     if not target:
         return ""
-    module = importlib.import_module(target.rsplit(".", 1)[0])
-    return (module.__doc__ or "").strip()
+    name = target.rsplit(".", 1)[0]
+    try:
+        spec = importlib.util.find_spec(name)  # imports the parent packages only (their __init__ files are light)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.origin and spec.origin.endswith(".py"):
+        return (ast.get_docstring(ast.parse(Path(spec.origin).read_text())) or "").strip()
+    return (importlib.import_module(name).__doc__ or "").strip()
 
 
 def summary(group: str, option: str) -> str:
