@@ -111,6 +111,7 @@ os.kill(os.getpid(), signal.SIGKILL)  # no chance to record its end
 def test_a_run_whose_process_was_killed_is_marked_killed_by_the_next_run_with_the_reason(tmp_path, caplog):
     """SIGKILL (or a machine suspended without its processes) left the run RUNNING for ever; the next run in
     the experiment on this machine ends it, naming the process and how to resume."""
+    from fedrun.store.liveness import PID, owner_of
     from fedrun.track.mlflow import Mlflow, MlflowConfig
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -126,7 +127,7 @@ def test_a_run_whose_process_was_killed_is_marked_killed_by_the_next_run_with_th
     killed = client.get_run(killed.info.run_id)
     reason = killed.data.tags["fedrun.failure_reason"]
     assert killed.info.status == "KILLED"
-    assert f"process {killed.data.tags['fedrun.owner.pid']}" in reason and "no checkpoint" in reason
+    assert f"process {owner_of(killed.data.tags)[PID]}" in reason and "no checkpoint" in reason
     assert "'killed run'" in caplog.text and "marked KILLED" in caplog.text
     assert client.get_run(tracker.run_id).info.status == "RUNNING"  # the new run itself is left alone
     tracker.finish("FINISHED")
@@ -152,12 +153,16 @@ def test_only_runs_whose_process_is_certainly_gone_are_judged():
     machine or a pid now held by another process means the owner is gone."""
     import os
 
-    from fedrun.store.liveness import BOOT, HOST, PID, PID_NS, STARTED, gone_reason, owner_tags
+    from fedrun.store.liveness import BOOT, HOST, OWNER, PID, PID_NS, STARTED, gone_reason, owner, owner_tags
 
-    here = owner_tags()
+    here = owner()
     if not here[PID_NS] or not here[STARTED]:
         pytest.skip("no /proc on this system: owners are never judged")
-    assert gone_reason(here) is None  # this very process
+    assert set(owner_tags()) == {OWNER}  # one tag out of the reader's way
+    assert gone_reason(owner_tags()) is None and gone_reason(here) is None  # this very process (a run before OWNER)
+    gone = owner_tags(int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                                         capture_output=True, text=True).stdout))
+    assert "is gone" in gone_reason(gone)
     assert gone_reason({}) is None  # a run from before owners were recorded
     assert gone_reason({**here, HOST: here[HOST] + "-elsewhere"}) is None
     assert gone_reason({**here, PID_NS: "pid:[1]"}) is None  # another container
@@ -185,7 +190,8 @@ def test_a_sweep_run_is_owned_by_the_hydra_parent_and_ended_once_that_process_is
         (sweep_dir / SWEEP_OWNER).write_text(json.dumps(owner))
         parents[name] = Mlflow(MlflowConfig(uri=uri)).sweep_parent("sweeps", str(sweep_dir), [f"name={name}"])
     client = MlflowClient(uri)
-    assert client.get_run(parents["gone"]).data.tags["fedrun.owner.pid"] == finished.stdout.strip()
+    assert json.loads(client.get_run(parents["gone"]).data.tags["fedrun.owner"])["fedrun.owner.pid"] == \
+        finished.stdout.strip()
     Mlflow(MlflowConfig(uri=uri)).start("sweeps", "a job", {}, {})
     assert client.get_run(parents["alive"]).info.status == "RUNNING"
     gone = client.get_run(parents["gone"])

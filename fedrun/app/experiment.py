@@ -39,10 +39,11 @@ from fedrun.track.base import Tracker
 log = logging.getLogger("fedrun")
 def config_params(cfg: DictConfig, resolve: bool) -> dict[str, Any]:
     """The config as flat MLflow params, without a preset's published numbers (``paper:``, which the
-    report reads from the preset itself)."""
+    report reads from the preset itself) and without Hydra's own choices (``choices.hydra/launcher`` and eight
+    more: how a run executes, not what it computes, and clutter on every run's page)."""
     config = OmegaConf.to_container(cfg, resolve=resolve)
     config.pop("paper", None)
-    params = flatten(config)
+    params = {k: v for k, v in flatten(config).items() if not k.startswith("choices.hydra/")}
     # Hydra records the optional protocol pair even where no file exists: then nothing was chosen
     if params.get("choices.protocol") not in (None, *options("protocol")):
         del params["choices.protocol"]

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
+from fedrun.store.liveness import PID, owner_of
+
 FEDRUN = shutil.which("fedrun") or str(Path(sys.executable).parent / "fedrun")
 REPORT = shutil.which("fedrun-report") or str(Path(sys.executable).parent / "fedrun-report")
 QUICK = ["dataset=synthetic", "dataset.n_users=80", "dataset.n_items=100", "sim.epochs=1", "sim.progress=false",
@@ -100,7 +102,7 @@ def test_parallel_joblib_jobs_share_one_sqlite_store():
     assert len(runs) == 4 and {r.info.status for r in runs} == {"FINISHED"}
     assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {parent.info.run_id}
     # the sweep's run is owned by the Hydra parent process, not by the worker that happened to create it
-    assert parent.data.tags["fedrun.owner.pid"] not in {r.data.tags["fedrun.owner.pid"] for r in runs}
+    assert owner_of(parent.data.tags)[PID] not in {owner_of(r.data.tags)[PID] for r in runs}
 
 
 def test_two_sweeps_started_in_the_same_second_keep_their_own_folders():
