@@ -51,3 +51,14 @@ def test_the_example_script_runs(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "central" in done.stdout and "fedavg" in done.stdout
+
+
+def test_every_record_carries_its_epoch_for_a_shared_x_axis():
+    """Central runs step once per epoch, federated ones many times: ``epoch`` (step / rounds per epoch) beside every
+    record lets MLflow draw a sweep's curves on one axis."""
+    for method in ("central", "fedavg"):
+        history = fedrun.run(*SMALL, f"method={method}", "sim.epochs=2", "sim.eval_every=1").history
+        per_epoch = history["step"].max() / 2
+        assert (history["epoch"] == history["step"] / per_epoch).all()
+        validated = history.dropna(subset=["valid_ndcg_at_10"])
+        assert validated["epoch"].tolist() == [1.0, 2.0]

@@ -93,8 +93,12 @@ def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimC
                 raise NumericalError(
                     f"The training loss became {stats.loss} in round {round_index} ({type(method).__name__}). "
                     "Lower the learning rate (method.optimizer.lr) or check the data.")
+            # "epoch" at every step a record is logged (step / rounds per epoch: the epochs done after that many
+            # rounds): an x axis all of a sweep's curves share in MLflow's charts, central runs (a round is an
+            # epoch) and federated ones (many rounds per epoch) alike
             tracker.log_metrics({"train_loss": stats.loss, "bytes_up_per_client": stats.bytes_up,
-                                 "bytes_down_per_client": stats.bytes_down, **stats.extra}, step=round_index)
+                                 "bytes_down_per_client": stats.bytes_down, "epoch": round_index / per_epoch,
+                                 **stats.extra}, step=round_index)
             pace.losses.append(stats.loss)
             epoch, epoch_done = (round_index + 1) // per_epoch, (round_index + 1) % per_epoch == 0
             validated = has_valid and sim.eval_every and epoch_done and epoch % sim.eval_every == 0
@@ -103,14 +107,16 @@ def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimC
                 state.valid = evaluator.evaluate(method, "valid")
                 pace.validation_seconds.append(time.perf_counter() - started)
                 state.eval_seconds += pace.validation_seconds[-1]
-                tracker.log_metrics({f"valid_{k}": v for k, v in state.valid.items()}, step=round_index + 1)
+                tracker.log_metrics({**{f"valid_{k}": v for k, v in state.valid.items()}, "epoch": epoch},
+                                    step=round_index + 1)
                 if sim.selects_on_validation:
                     _track_best(state, method, evaluator, sim.keep_best, round_index + 1)
             if sim.test_every and epoch_done and epoch % sim.test_every == 0 and round_index + 1 < n_rounds:
                 started = time.perf_counter()
                 curve = evaluator.evaluate(method, "test")  # a learning curve: logged, never used to select
                 state.eval_seconds += time.perf_counter() - started
-                tracker.log_metrics({f"test_{k}": v for k, v in curve.items()}, step=round_index + 1)
+                tracker.log_metrics({**{f"test_{k}": v for k, v in curve.items()}, "epoch": epoch},
+                                    step=round_index + 1)
             state.next_round = round_index + 1
             _progress(bar, epoch, stats.loss, state.valid, evaluator.monitor)
             if epoch_done:
