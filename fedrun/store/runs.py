@@ -257,8 +257,14 @@ def store_lock(uri: str) -> Iterator[None]:
         yield
 
 
+# MLflow 3's UI opens an experiment of unknown kind on its GenAI view (traces, evaluations); this experiment tag,
+# which its own "experiment type" selector writes, opens it on the runs table with their metrics and charts
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+
+
 def experiment_id(client, name: str) -> str:
-    """The id of experiment ``name``, created (with artifacts under outputs/) if missing."""
+    """The id of experiment ``name``, created (with artifacts under outputs/, and marked a model-training experiment
+    so that MLflow's UI opens it on its runs: ``EXPERIMENT_KIND``) if missing."""
     from mlflow.exceptions import MlflowException
 
     existing = client.get_experiment_by_name(name)
@@ -269,7 +275,7 @@ def experiment_id(client, name: str) -> str:
         root = Path(client.tracking_uri[len("sqlite:///"):]).parent / "mlartifacts" / name
         location = root.resolve().as_uri()
     try:
-        return client.create_experiment(name, artifact_location=location)
+        return client.create_experiment(name, artifact_location=location, tags=EXPERIMENT_KIND)
     except MlflowException:  # created meanwhile by a parallel sweep job, or the store refused it
         created = client.get_experiment_by_name(name)
         if created is None:

@@ -225,8 +225,9 @@ class Mlflow(Tracker):
         if self._run_id is None:
             return None
         page = f"#/experiments/{self.experiment_id}/runs"
+        mode = "?workflowType=machine_learning"  # MLflow 3's UI in its model-training mode (else: its GenAI view)
         if self.uri.startswith(("http://", "https://")):  # a server: the run's page on it
-            return f"MLflow run {self._run_id}: {self.uri.rstrip('/')}/{page}/{self._run_id}"
+            return f"MLflow run {self._run_id}: {self.uri.rstrip('/')}/{page}/{self._run_id}{mode}"
         return (f"MLflow run {self._run_id}: `mlflow ui --backend-store-uri {hide_password(self.uri)}`, then its page "
-                f"http://127.0.0.1:5000/{page}/{self._run_id} (the runs table: without the id)")
+                f"http://127.0.0.1:5000/{page}/{self._run_id}{mode} (the runs table: without the id)")
 

@@ -35,6 +35,7 @@ BROWSER = next(filter(None, map(shutil.which, BROWSERS)), None)
 needs_browser = pytest.mark.skipif(BROWSER is None, reason="no Chromium on PATH: `apt-get install chromium` (Debian; "
                                    "make install does it when run as root) or install Google Chrome")
 ROOT = Path(__file__).resolve().parents[2]
+MODEL_TRAINING = "?workflowType=machine_learning"  # MLflow 3's UI in its model-training mode, not its GenAI one
 RENDER_BUDGET_MS = 20_000  # virtual time the page's scripts get to fetch from the server and render
 
 
@@ -122,14 +123,17 @@ def test_a_finished_sweep_renders_in_a_real_browser(tmp_path, server):
     assert parent.info.run_name in table and "3 matching runs" in table, table[:3000]
     dataset = child.data.tags["fedrun.dataset"]
     assert f"{parent.info.run_name} " in table and f" {dataset} " in table, table[:3000]  # the sweep's dataset
-    screenshot(profile, base, tmp_path / "runs-table.png")
+    screenshot(profile, base + MODEL_TRAINING, tmp_path / "runs-table.png")
+    assert client.get_experiment(experiment).tags.get("mlflow.experimentKind") == "custom_model_development"
+    landing = page_text(profile, f"{server}/#/experiments/{experiment}{MODEL_TRAINING}", until=("matching runs",))
+    assert "3 matching runs" in landing, landing[:3000]  # the experiment opens on its runs, not on MLflow's GenAI view
 
     run_page = f"{base}/{child.info.run_id}"
     overview = page_text(profile, run_page, until=("test_hr_at_10", "Parent run"))
     assert child.info.run_name in overview and "test_hr_at_10" in overview, overview[:3000]
     assert f"Datasets {dataset} (" in overview, overview[:3000]  # the dataset input, with its digest
     assert f"Parent run {parent.info.run_name}" in overview, overview[:3000]
-    screenshot(profile, run_page, tmp_path / "run.png")
+    screenshot(profile, run_page + MODEL_TRAINING, tmp_path / "run.png")
 
     charts = page_text(profile, f"{run_page}/model-metrics", until=("Step", f"{child.info.run_name} ("))
     assert "Step" in charts and f"{child.info.run_name} (" in charts, charts[:3000]  # an axis and a legend
@@ -140,4 +144,4 @@ def test_a_finished_sweep_renders_in_a_real_browser(tmp_path, server):
     report_page = f"{base}/{parent.info.run_id}/artifacts/report/report.md"
     report = page_text(profile, report_page, until=(" fedavg ",))
     assert "report/report.md" in report and " fedavg " in report and " pop " in report, report[:3000]
-    screenshot(profile, report_page, tmp_path / "sweep-parent.png")
+    screenshot(profile, report_page + MODEL_TRAINING, tmp_path / "sweep-parent.png")
