@@ -20,11 +20,12 @@ import pandas as pd
 
 from fedrun.core.paths import config_dir
 from fedrun.errors import ConfigError
+from fedrun.eval.floor import at_or_below
 from fedrun.eval.metrics import RATING_METRICS
 from fedrun.method.pop import Pop
 from fedrun.report import ledger, matrix
 from fedrun.report.paper import ALPHA, ROW_KEYS, beside_paper, claim_tests, order_claims, preset_paper
-from fedrun.report.table import latex, latex_escape, markdown, natural_key
+from fedrun.report.table import latex, latex_escape, markdown, mean_std, natural_key
 from fedrun.store.runs import FAILURE_REASON, RESUMED_FROM, default_uri, end_abandoned_runs, experiment_id, open_client
 
 if TYPE_CHECKING:
@@ -160,10 +161,9 @@ def rows_of(frame: pd.DataFrame, metrics: list[str]) -> tuple[list[str], list[st
             if col.empty:
                 continue
             floor = floor_value(group, m, col, peers=done)
-            at_floor = floor is not None and (col.mean() >= floor if metric_name(m) in RATING_METRICS
-                                              else col.mean() <= floor)
             stats[m] = Stat(float(col.mean()), float(col.std(ddof=1)) if len(col) > 1 else float("nan"), len(col),
-                            float("nan") if floor is None else floor, at_floor)
+                            float("nan") if floor is None else floor,
+                            floor is not None and learned_nothing(m, float(col.mean()), floor))
         rows.append(Row([str(v) for v in values], len(group), stats))
     return [k.split(":", 1)[1].replace("choices.", "") for k in keys], metrics, rows
 
@@ -179,10 +179,7 @@ def summarize(frame: pd.DataFrame, metrics: list[str]) -> tuple[list[str], list[
 def _text_cell(stat: Stat | None, metric: str) -> str:
     if stat is None:
         return ""
-    cell = f"{stat.mean:.4f} (n = 1)" if stat.n == 1 else f"{stat.mean:.4f} ± {stat.std:.4f}"
-    if stat.at_floor:
-        cell += f" ({'≥' if metric_name(metric) in RATING_METRICS else '≤'} floor {stat.floor:.4f})"
-    return cell
+    return mean_std(stat.mean, stat.std, stat.n) + (mark(metric, stat.floor) if stat.at_floor else "")
 
 
 def numeric_table(frame: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
@@ -262,11 +259,19 @@ def floor_mark(group: pd.DataFrame, metric: str, values: pd.Series, peers: pd.Da
     """The suffix " (≤ floor .0183)" when the mean of ``metric`` is at or below its floor (``floor_value``; error
     metrics: " (≥ floor …)" at or above), else ""."""
     floor = floor_value(group, metric, values, peers)
-    if floor is None:
-        return ""
-    if metric_name(metric) in RATING_METRICS:
-        return f" (≥ floor {floor:.4f})" if values.mean() >= floor else ""
-    return f" (≤ floor {floor:.4f})" if values.mean() <= floor else ""
+    return mark(metric, floor) if floor is not None and learned_nothing(metric, float(values.mean()), floor) else ""
+
+
+def learned_nothing(metric: str, mean: float, floor: float) -> bool:
+    """Whether ``mean`` is at or below the floor (error metrics: at or above it): ``fedrun.eval.floor.at_or_below``
+    on the metric's name without its part."""
+    name = metric_name(metric)
+    return at_or_below({name: mean}, {name: floor}, name)
+
+
+def mark(metric: str, floor: float) -> str:
+    """" (≤ floor 0.0183)", or " (≥ floor …)" for an error metric."""
+    return f" ({'≥' if metric_name(metric) in RATING_METRICS else '≤'} floor {floor:.4f})"
 
 
 def is_the_floor(group: pd.DataFrame) -> bool:
