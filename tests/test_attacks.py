@@ -493,3 +493,12 @@ def test_the_regime_map_averages_each_cell_over_its_seeds():
     assert (cell["final"], cell["peak"], cell["share"], cell["seeds"]) == (0.75, 0.875, pytest.approx(0.3), 2)
     text = " ".join(attack_markdown(table, "a_hum").split())  # the cells without their padding
     assert "| 5.0% | 1 | 0.300 | 0.750 (0.875) |" in text and "| 0.1% | 4 | 0.030 | 0.000 (0.000) |" in text
+
+
+def test_a_synthetic_draw_that_is_not_one_is_refused_by_name():
+    from fedrun.attack.psmu import PSMUConfig
+
+    with pytest.raises(ConfigError, match="synthetic_draw='sometimes'.*per_upload, once"):
+        ARAConfig(synthetic_draw="sometimes")
+    with pytest.raises(ConfigError, match="synthetic_draw='per_upload'.*once: PSMU's users are drawn once"):
+        PSMUConfig(synthetic_draw="per_upload")
