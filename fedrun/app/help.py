@@ -12,7 +12,7 @@ GROUPS = ("method", "dataset", "backbone", "privacy", "attack", "defense", "audi
 EXAMPLES = (
     ("fedrun method=fedcl dataset=beauty", "FedCL in its paper's setting (GRU4Rec, LDP ε 4, 16 clients per update)"),
     ("fedrun method=lightfr dataset=filmtrust", "LightFR on its code's split: a method picks its paper's protocol"),
-    ("fedrun method=fedavg backbone=ncf dataset=ml-100k sim.seed=2", "any group option or field on the command line"),
+    ("fedrun method=fedavg backbone=mf dataset=ml-100k sim.seed=2", "any group option or field on the command line"),
     ("fedrun -m method=central,fedavg sim.seed=1,2,3", "a sweep: one MLflow parent run and a report"),
     ("fedrun -m +experiment=lightfr/table5", "a paper's table as a preset (conf/experiment/)"),
 )
