@@ -202,7 +202,7 @@ def test_a_checkpoint_is_written_only_after_the_metrics_before_it_are_in_the_sto
     real_save = checkpoint.save
 
     def watched(path, method_state, runner, config_yaml, run_id):
-        history = MlflowClient().get_metric_history(run_id, "train_loss")
+        history = MlflowClient().get_metric_history(run_id, "train/loss")
         seen.append((runner.next_round, len(history)))
         return real_save(path, method_state, runner, config_yaml, run_id)
 

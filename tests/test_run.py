@@ -65,12 +65,13 @@ def test_mlflow_run_records_config_metrics_and_artifacts():
     assert record.data.params["sim.seed"] == "0" and record.data.params["choices.method"] == "fedavg"
     assert record.data.tags["fedrun.dataset_digest"].startswith("synthetic-")
     assert "fedrun.git_commit" in record.data.tags
-    history = client.get_metric_history(record.info.run_id, "train_loss")
+    history = client.get_metric_history(record.info.run_id, "train/loss")
     assert len(history) == result.rounds and [m.step for m in history] == list(range(result.rounds))
-    assert record.data.metrics["test_ndcg_at_10"] == pytest.approx(result.test["ndcg_at_10"])
+    assert record.data.metrics["test/ndcg_at_10"] == pytest.approx(result.test["ndcg_at_10"])
     per_epoch = result.rounds / int(record.data.params["sim.epochs"])  # the leaderboard's wall time per epoch
-    assert record.data.metrics["seconds_per_epoch"] == pytest.approx(result.train_seconds / result.rounds * per_epoch)
-    assert len(client.get_metric_history(record.info.run_id, "valid_ndcg_at_10")) == 2  # one per epoch
+    seconds_per_epoch = result.train_seconds / result.rounds * per_epoch
+    assert record.data.metrics["cost/seconds_per_epoch"] == pytest.approx(seconds_per_epoch)
+    assert len(client.get_metric_history(record.info.run_id, "valid/ndcg_at_10")) == 2  # one per epoch
     artifacts = {a.path for a in client.list_artifacts(record.info.run_id)}
     assert {"last_run.md", "config.yaml"} <= artifacts
 
@@ -80,8 +81,8 @@ def test_an_audited_run_logs_the_attacks_and_their_table(tmp_path):
     result = run(["track=mlflow", "track.experiment=t-audit", "audit=server"])
     client = MlflowClient()
     (record,) = client.search_runs([client.get_experiment_by_name("t-audit").experiment_id])
-    assert record.data.metrics["audit_auc"] > 0.5 and record.data.metrics["audit_base_rate"] > 0
-    assert [m.step for m in client.get_metric_history(record.info.run_id, "audit_auc")] == [result.rounds]
+    assert record.data.metrics["audit/auc"] > 0.5 and record.data.metrics["audit/base_rate"] > 0
+    assert [m.step for m in client.get_metric_history(record.info.run_id, "audit/auc")] == [result.rounds]
     local = client.download_artifacts(record.info.run_id, "last_run.md", str(tmp_path))
     assert "## Audit: an honest-but-curious server's inference attacks" in open(local).read()
 
@@ -513,12 +514,12 @@ def test_every_result_has_the_floor_of_its_split_beside_it(caplog):
     client = MlflowClient()
     (record,) = client.search_runs([client.get_experiment_by_name("floor").experiment_id])
     assert record.data.tags["fedrun.below_floor"] == "true"
-    assert record.data.metrics["floor_ndcg_at_10"] >= record.data.metrics["test_ndcg_at_10"]
+    assert record.data.metrics["floor/ndcg_at_10"] >= record.data.metrics["test/ndcg_at_10"]
     assert any("at or below the popularity floor" in r.getMessage() for r in caplog.records)
     caplog.clear()
     run(["track=mlflow", "track.experiment=floor-pop", "method=pop"])
     (record,) = client.search_runs([client.get_experiment_by_name("floor-pop").experiment_id])
-    assert "fedrun.below_floor" not in record.data.tags and "floor_ndcg_at_10" not in record.data.metrics
+    assert "fedrun.below_floor" not in record.data.tags and "floor/ndcg_at_10" not in record.data.metrics
 
 
 def test_the_validation_curve_has_the_floor_of_the_validation_part(caplog):
@@ -539,8 +540,8 @@ def test_the_validation_curve_has_the_floor_of_the_validation_part(caplog):
     test_floor = floor_metrics(Full(FullConfig(), env.split, env.device, rating=False), env)
     assert expected != test_floor  # another part, another floor
     logged = record.data.metrics
-    assert logged["floor_valid_ndcg_at_10"] == pytest.approx(expected["ndcg_at_10"])
-    assert logged["floor_ndcg_at_10"] == pytest.approx(test_floor["ndcg_at_10"])
+    assert logged["floor/valid_ndcg_at_10"] == pytest.approx(expected["ndcg_at_10"])
+    assert logged["floor/ndcg_at_10"] == pytest.approx(test_floor["ndcg_at_10"])
     epoch_lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("epoch ")]
     assert epoch_lines and all(f"(floor {expected['ndcg_at_10']:.4f}" in line for line in epoch_lines)
     local = client.download_artifacts(record.info.run_id, "results.json")
@@ -554,7 +555,7 @@ def test_a_run_without_validation_has_no_validation_floor():
     run(["track=mlflow", "track.experiment=no-valid-floor", "sim.eval_every=0", "sim.max_rounds=2"])
     client = MlflowClient()
     (record,) = client.search_runs([client.get_experiment_by_name("no-valid-floor").experiment_id])
-    assert "floor_valid_ndcg_at_10" not in record.data.metrics and "floor_ndcg_at_10" in record.data.metrics
+    assert "floor/valid_ndcg_at_10" not in record.data.metrics and "floor/ndcg_at_10" in record.data.metrics
 
 
 def test_the_floor_is_computed_once_per_split_and_protocol(monkeypatch):
@@ -836,7 +837,7 @@ def test_a_store_that_fails_after_the_test_loses_no_result(tmp_path, monkeypatch
     real = Client.log_batch
 
     def full_after_the_test(self, run_id, metrics=(), **kwargs):
-        if any(m.key.startswith("test_") and m.step > 0 for m in metrics):
+        if any(m.key.startswith("test/") and m.step > 0 for m in metrics):
             raise sqlite3.OperationalError("database or disk is full")
         return real(self, run_id, metrics=metrics, **kwargs)
 
@@ -871,7 +872,7 @@ def test_an_output_folder_that_fails_after_the_test_leaves_a_finished_run(tmp_pa
     assert not list(tmp_path.glob("last_run.md*"))  # no half-written table, no temporary file
     client = MlflowClient()
     (record,) = client.search_runs([client.get_experiment_by_name("late-out").experiment_id])
-    assert record.info.status == "FINISHED" and "test_hr_at_10" in record.data.metrics
+    assert record.info.status == "FINISHED" and "test/hr_at_10" in record.data.metrics
 
 
 def test_a_refused_config_leaves_no_run_and_missing_data_leaves_a_failed_one(tmp_path, monkeypatch):

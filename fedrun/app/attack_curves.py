@@ -24,6 +24,7 @@ import pandas as pd
 from mlflow.tracking import MlflowClient
 
 from fedrun.report.table import markdown, mean_std
+from fedrun.store import metric_names
 from fedrun.store.runs import default_uri
 
 PLOTTED = ["test_er_at_5", "test_er_at_20", "test_recall_at_20", "test_ndcg_at_20"]  # of the default METRICS
@@ -40,7 +41,7 @@ def histories(client: MlflowClient, experiment_id: str, metrics: list[str], by: 
         if by is not None and by not in params:
             continue  # a run of the experiment that did not sweep this parameter
         line = f"{by}={params[by]}" if by is not None else tags.get("fedrun.attack", "none")
-        points = {metric: client.get_metric_history(run.info.run_id, metric) for metric in metrics}
+        points = {metric: metric_names.history(client, run, metric) for metric in metrics}
         steps = [p.step for history in points.values() for p in history]
         per_epoch = max(1, min(steps)) if steps else 1  # the first curve point is the end of epoch 1
         for metric, history in points.items():

@@ -20,6 +20,7 @@ import pandas as pd
 from mlflow.tracking import MlflowClient
 
 from fedrun.report.table import markdown
+from fedrun.store import metric_names
 from fedrun.store.runs import default_uri
 
 VALID, LOSS = "valid_ndcg_at_20", "train_loss"
@@ -34,14 +35,14 @@ def histories(client: MlflowClient, experiment: str) -> pd.DataFrame:
     for run in client.search_runs([found.experiment_id], "attributes.status = 'FINISHED'", max_results=10_000):
         params = run.data.params
         row = str(params.get("row", run.data.tags.get("fedrun.row", "?"))).split("/")[-1]
-        valid = client.get_metric_history(run.info.run_id, VALID)
+        valid = metric_names.history(client, run, VALID)
         if not valid:
             continue
         per_epoch = min(p.step for p in valid)  # the first validation ends epoch 1
         for point in valid:
             rows.append({"row": row, "seed": int(params.get("sim.seed", 0)), "metric": VALID,
                          "epoch": point.step // per_epoch, "value": point.value})
-        for point in client.get_metric_history(run.info.run_id, LOSS):
+        for point in metric_names.history(client, run, LOSS):
             rows.append({"row": row, "seed": int(params.get("sim.seed", 0)), "metric": LOSS,
                          "epoch": epoch_of_round(point.step, per_epoch), "value": point.value})
     frame = pd.DataFrame(rows)

@@ -16,6 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from fedrun.report.matrix import Axes, heatmap
 from fedrun.report.table import markdown
+from fedrun.store import metric_names
 from fedrun.store.runs import default_uri
 
 EXPOSURE, SHARE = "test_er_at_5", "target_share_malicious"
@@ -28,13 +29,14 @@ def cells(client: MlflowClient, experiment_id: str) -> pd.DataFrame:
     rows = []
     for run in client.search_runs([experiment_id], "attributes.status = 'FINISHED'", max_results=10_000):
         params, tags = run.data.params, run.data.tags
-        exposure = [m.value for m in client.get_metric_history(run.info.run_id, EXPOSURE)]
-        joined = [m.value for m in client.get_metric_history(run.info.run_id, SHARE) if m.value > 0]
+        exposure = [m.value for m in metric_names.history(client, run, EXPOSURE)]
+        final = metric_names.run_metrics(run).get(EXPOSURE)
+        joined = [m.value for m in metric_names.history(client, run, SHARE) if m.value > 0]
         if not exposure:
             continue
         rows.append({"attack": tags.get("fedrun.attack", "none"), "fraction": float(params["attack.fraction"]),
                      "negatives": int(params["method.num_negatives"]), "defense": tags.get("fedrun.defense", ""),
-                     "seed": int(params.get("sim.seed", 0)), "final": run.data.metrics.get(EXPOSURE, exposure[-1]),
+                     "seed": int(params.get("sim.seed", 0)), "final": exposure[-1] if final is None else final,
                      "peak": max(exposure), "share": sum(joined) / len(joined) if joined else 0.0})
     return pd.DataFrame(rows)
 

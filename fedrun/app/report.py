@@ -26,6 +26,7 @@ from fedrun.method.pop import Pop
 from fedrun.report import ledger, matrix
 from fedrun.report.paper import ALPHA, ROW_KEYS, beside_paper, claim_tests, order_claims, preset_paper
 from fedrun.report.table import latex, latex_escape, markdown, mean_std, natural_key
+from fedrun.store import metric_names
 from fedrun.store.runs import FAILURE_REASON, RESUMED_FROM, default_uri, end_abandoned_runs, experiment_id, open_client
 
 if TYPE_CHECKING:
@@ -57,9 +58,9 @@ def exposure_over_run(client, run) -> dict[str, float]:
     (``_mean``): an attack can expose its target in the middle of training and fade by the end, which the
     final value hides. A run tested only at its end has the final value in both."""
     out = {}
-    for name in sorted(run.data.metrics):
+    for name in sorted(metric_names.run_metrics(run)):
         if EXPOSURE.fullmatch(name):
-            values = [m.value for m in client.get_metric_history(run.info.run_id, name)]
+            values = [m.value for m in metric_names.history(client, run, name)]
             out[f"metric:{name}_peak"], out[f"metric:{name}_mean"] = max(values), sum(values) / len(values)
     return out
 
@@ -79,7 +80,8 @@ def collect(client, exp_id: str, parent: str | None = None) -> pd.DataFrame:
                      "reason": run.data.tags.get(FAILURE_REASON, ""),
                      "resumed_from": run.data.tags.get(RESUMED_FROM, ""),
                      **{f"param:{k}": v for k, v in run.data.params.items()},
-                     **{f"metric:{k}": v for k, v in run.data.metrics.items()}, **exposure_over_run(client, run)})
+                     **{f"metric:{k}": v for k, v in metric_names.run_metrics(run).items()},
+                     **exposure_over_run(client, run)})
     return pd.DataFrame(rows)
 
 

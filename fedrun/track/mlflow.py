@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fedrun.errors import check
+from fedrun.store import metric_names as names
 from fedrun.store.calls import REOPEN_HINT, close_reads_cut_short, store_call
 from fedrun.store.liveness import SWEEP_OWNER, owner_tags
 from fedrun.store.runs import (
@@ -157,7 +158,7 @@ class Mlflow(Tracker):
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        self._buffer.extend(Metric(k, float(v), now, step) for k, v in metrics.items())
+        self._buffer.extend(Metric(names.grouped(k), float(v), now, step) for k, v in metrics.items())
         if len(self._buffer) >= self.config.flush_every:
             self.flush()
 
@@ -184,10 +185,9 @@ class Mlflow(Tracker):
             return {}
         self.flush()
         with store_call(self.uri, "reading the metric history"):
-            logged = self.client.get_run(self._run_id).data.metrics
-            return {key: [(m.step, m.value) for m in sorted(self.client.get_metric_history(self._run_id, key),
-                                                            key=lambda m: m.step)]
-                    for key in keys if key in logged}
+            run = self.client.get_run(self._run_id)
+            return {key: [(m.step, m.value) for m in sorted(names.history(self.client, run, key), key=lambda m: m.step)]
+                    for key in keys if names.recorded(run, key) in run.data.metrics}
 
     def log_dataset(self, name: str, digest: str, source: str, profile: dict[str, Any]) -> None:
         if self._run_id is None:

@@ -3,8 +3,9 @@ read in a real browser (headless Chromium; ``make install`` installs Debian's ``
 
 The pages are rendered by MLflow's own JavaScript, so each check reads the DOM after the app has fetched
 its data: the runs table lists the sweep's parent run and its children; a child run's page shows its name,
-its dataset input and its parent; its model-metrics tab draws charts; its results table opens as a table;
-the parent holds the sweep's report. Screenshots of the runs table, a run and the sweep parent are saved
+its dataset input and its parent; its model-metrics tab draws charts, one section per group of metrics (train,
+valid, test, floor, cost: ``fedrun/store/metric_names.py``); its results table opens as a table;
+the parent holds the sweep's report. Screenshots of the runs table, a run, its charts and the sweep parent are saved
 beside the test's store, and copied to ``$FEDRUN_SCREENSHOTS`` when that is set (docs/mlflow/ holds the
 committed ones: ``FEDRUN_SCREENSHOTS=docs/mlflow pytest tests/integration/test_browser.py``, a path
 relative to the repository or absolute)."""
@@ -129,14 +130,18 @@ def test_a_finished_sweep_renders_in_a_real_browser(tmp_path, server):
     assert "3 matching runs" in landing, landing[:3000]  # the experiment opens on its runs, not on MLflow's GenAI view
 
     run_page = f"{base}/{child.info.run_id}"
-    overview = page_text(profile, run_page, until=("test_hr_at_10", "Parent run"))
-    assert child.info.run_name in overview and "test_hr_at_10" in overview, overview[:3000]
+    overview = page_text(profile, run_page, until=("test/hr_at_10", "Parent run"))
+    assert child.info.run_name in overview and "test/hr_at_10" in overview, overview[:3000]
     assert f"Datasets {dataset} (" in overview, overview[:3000]  # the dataset input, with its digest
     assert f"Parent run {parent.info.run_name}" in overview, overview[:3000]
     screenshot(profile, run_page + MODEL_TRAINING, tmp_path / "run.png")
 
     charts = page_text(profile, f"{run_page}/model-metrics", until=("Step", f"{child.info.run_name} ("))
     assert "Step" in charts and f"{child.info.run_name} (" in charts, charts[:3000]  # an axis and a legend
+    # one section per group of metrics (fedrun/store/metric_names.py), the training curve's apart from the floors
+    sections = re.findall(r"\b(train|valid|test|floor|cost) \((\d+)\)", charts)
+    assert {name for name, _ in sections} >= {"train", "valid", "test", "floor"}, charts[:3000]
+    screenshot(profile, f"{run_page}/model-metrics{MODEL_TRAINING}", tmp_path / "run-charts.png")
 
     results = page_text(profile, f"{run_page}/artifacts/results.json", until=("View as table",))
     assert "View as table" in results and "metric test valid floor" in results, results[:3000]

@@ -32,7 +32,7 @@ def final_metrics(store: str, experiment: str) -> tuple[dict[str, float], list]:
     client = MlflowClient(store)
     runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
     (record,) = runs
-    return {k: v for k, v in record.data.metrics.items() if k.startswith("test_")}, runs
+    return {k: v for k, v in record.data.metrics.items() if k.startswith("test/")}, runs
 
 
 @pytest.fixture(scope="module")
