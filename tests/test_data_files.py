@@ -97,6 +97,9 @@ def test_every_dataset_lists_its_files_and_their_source():
         cls = data.dataset_class(name)
         assert cls.source, f"{name}: no source recorded"
         for spec in cls.catalogue():
+            if spec.sha256 is None:  # no published digest of the member: its archive's is, checked on download
+                assert spec.url and spec.member and re.fullmatch(r"[0-9a-f]{32}", spec.archive_md5 or ""), spec
+                continue
             assert re.fullmatch(r"[0-9a-f]{64}", spec.sha256), (name, spec.path)
             if spec.url and "githubusercontent" in spec.url:  # an author's repository: pinned, or its bytes may move
                 assert re.search(r"/[0-9a-f]{40}/", spec.url) or "/master/" in spec.url, spec.url
@@ -114,9 +117,40 @@ def test_the_listing_counts_present_missing_and_corrupt_files(tmp_path):
     assert all(name in text for name in options("dataset"))
     assert re.search(r"steam +2 +0 +1 +0 +1", text)  # files, present, download, by hand, bad
     detail = data.detail("ml-1m", root)
-    assert "sequences.txt" in detail and "put by hand" in detail and "ml-1m.zip" in detail
+    assert "sequences.txt" in detail and "derived from the files above" in detail and "ml-1m.zip" in detail
+    assert {f.state for f in data.states("ml-1m", root)} == {data.DOWNLOADABLE}  # every variant, by name
 
 
 def test_fedrun_data_refuses_an_unknown_name_with_the_closest():
     with pytest.raises(ConfigError, match=r"dataset.*ml1m.*closest: ml-1m"):
         data.main(["ml1m"])
+
+
+def test_an_archive_is_checked_by_its_published_md5(server, online, tmp_path):
+    archive = (tmp_path / "www" / "archive.zip").read_bytes()
+    good = DataFile("train.txt", None, f"{server}/archive.zip", "data/file.txt", hashlib.md5(archive).hexdigest())
+    assert resolve("toy", good, tmp_path / "data").read_bytes() == PAYLOAD
+    bad = DataFile("other.txt", None, f"{server}/archive.zip", "data/file.txt", "0" * 32)
+    with pytest.raises(DataError, match="downloading it from .*archive.zip .*failed"):
+        resolve("other", bad, tmp_path / "fresh")
+
+
+def test_ml1m_sequences_are_derived_from_grouplens_ratings(tmp_path, monkeypatch):
+    """A missing sequences.txt is written from ratings.dat (GroupLens' format; here a tiny one placed by hand, as
+    the real one would be fetched) and checked against its pinned digest; a derivation that differs is refused."""
+    from fedrun.dataset import ml_1m
+
+    ratings = "1::20::5::300\n1::10::3::100\n2::10::4::50\n1::30::1::100\n"  # user 1: 10 and 30 tie, in file order
+    expected = "1 10 30 20\n2 10\n"
+    (tmp_path / "ml-1m").mkdir()
+    (tmp_path / "ml-1m" / "ratings.dat").write_text(ratings)
+    spec = DataFile("sequences.txt", hashlib.sha256(expected.encode()).hexdigest(), derive=ml_1m.derive_sequences)
+    assert resolve("ml-1m", spec, tmp_path).read_text() == expected
+    (tmp_path / "ml-1m" / "sequences.txt").unlink()
+    with pytest.raises(DataError, match=r"Checksum mismatch for .*ml-1m/sequences.txt"):
+        resolve("ml-1m", DataFile("sequences.txt", "0" * 64, derive=ml_1m.derive_sequences), tmp_path)
+    (tmp_path / "ml-1m" / "sequences.txt").unlink()
+    (tmp_path / "ml-1m" / "ratings.dat").unlink()  # offline (the suite), nothing to derive from: both files named
+    with pytest.raises(DataError, match=r"sequences.txt, which is derived from ml-1m's ratings.dat: Missing data file "
+                                        r".*ratings.dat, and FEDRUN_OFFLINE forbids"):
+        resolve("ml-1m", spec, tmp_path)

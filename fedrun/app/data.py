@@ -48,10 +48,10 @@ def states(name: str, root: Path | None = None) -> list[FileState]:
     for spec in dataset_class(name).catalogue():
         path = folder / spec.path
         if path.is_file():
-            state = PRESENT if sha256_of(path) == spec.sha256 else MISMATCH
+            state = PRESENT if spec.sha256 is None or sha256_of(path) == spec.sha256 else MISMATCH
             out.append(FileState(spec, path, state, path.stat().st_size))
         else:
-            out.append(FileState(spec, path, DOWNLOADABLE if spec.url else BY_HAND, 0))
+            out.append(FileState(spec, path, DOWNLOADABLE if spec.url or spec.derive else BY_HAND, 0))
     return out
 
 
@@ -83,9 +83,13 @@ def detail(name: str, root: Path | None = None) -> str:
     lines = [f"{name}: {folder}", source, ""]
     for f in found:
         size = size_text(f.size) if f.size else "-"
-        lines.append(f"  {f.spec.path:<38} {f.state:<18} {size:>9}  sha256 {f.spec.sha256}")
+        checksum = (f"sha256 {f.spec.sha256}" if f.spec.sha256 else
+                    f"archive md5 {f.spec.archive_md5}; checked by what is derived from it (source above)")
+        lines.append(f"  {f.spec.path:<38} {f.state:<18} {size:>9}  {checksum}")
         if f.spec.url:
             lines.append(f"  {'':<38} from {f.spec.url}" + (f" (member {f.spec.member})" if f.spec.member else ""))
+        elif f.spec.derive:
+            lines.append(f"  {'':<38} derived from the files above that have an address (source above)")
     if not found:
         lines.append("  (no files)")
     return "\n".join(lines)

@@ -15,6 +15,7 @@ import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from fedrun.errors import DataError
 
@@ -27,13 +28,24 @@ class DataFile:
     """One file of a dataset: its path under the dataset folder and its sha256.
 
     ``url`` is the public address of the file, or of a zip archive holding it as
-    ``member``. ``None`` when the file has no canonical public download.
+    ``member``. ``None`` when the file has no canonical public download. ``archive_md5`` is the checksum the
+    archive's publisher gives, checked on download; a member whose own digest is published nowhere has
+    ``sha256=None``, and its dataset checks what it reads against a digest derived from it (``Ml1m``'s ratings).
+    ``derive`` writes a file that has no address of its own from files that have one (``Ml1m``'s sequences from
+    its ratings); what it writes is checked against ``sha256`` like a download.
     """
 
     path: str
-    sha256: str
+    sha256: str | None
     url: str | None = None
     member: str | None = None
+    archive_md5: str | None = None
+    derive: Callable[[Path], None] | None = None
+
+    @property
+    def identity(self) -> str:
+        """What names this file's version: its sha256, or its archive's published md5."""
+        return self.sha256 or f"md5:{self.archive_md5}"
 
 
 def github_file(repo: str, commit: str, path: str) -> str:
@@ -74,6 +86,8 @@ def resolve(dataset: str, spec: DataFile, root: Path | None = None) -> Path:
     if not path.is_file():
         raise DataError(f"{path} is not a file (a folder or a special file stands where the data file belongs); "
                         "put the original file there.")
+    if spec.sha256 is None:
+        return path  # no published digest: the dataset checks what it reads
     try:
         actual = sha256_of(path)
     except OSError as err:
@@ -94,6 +108,9 @@ def fetch(dataset: str, spec: DataFile, path: Path) -> None:
     file, where to put it and where it comes from."""
     where = f"Put the file at {path} (set FEDRUN_DATA_DIR to the folder holding '{dataset}/')"
     source = f"{spec.url}" + (f" (member {spec.member})" if spec.member else "")
+    if spec.url is None and spec.derive is not None:
+        spec.derive(path)
+        return
     if spec.url is None:
         raise DataError(f"Missing data file {path}. It has no public download address (`fedrun data {dataset}` "
                         f"says where it comes from). {where}.")
@@ -102,22 +119,24 @@ def fetch(dataset: str, spec: DataFile, path: Path) -> None:
                         f"from {source}.")
     try:
         if spec.member is None:
-            _download(spec.url, path.parent, path.name, spec.sha256)
+            _download(spec.url, path.parent, path.name, f"sha256:{spec.sha256}" if spec.sha256 else None)
         else:
-            archive = _download(spec.url, cache_root() / "archives", Path(spec.url).name, None)
+            archive_hash = f"md5:{spec.archive_md5}" if spec.archive_md5 else None
+            archive = _download(spec.url, cache_root() / "archives", Path(spec.url).name, archive_hash)
             _extract(archive, spec.member, path)
     except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
         raise DataError(f"Missing data file {path}, and downloading it from {source} failed "
                         f"({type(err).__name__}: {err}). {where}; it comes from {source}.") from None
 
 
-def _download(url: str, folder: Path, name: str, sha256: str | None) -> Path:
-    """``url`` saved as ``folder/name`` with retries and, on a terminal, a progress bar; a known ``sha256`` is
-    checked before the file is kept (pooch raises ValueError on a mismatch and removes the file)."""
+def _download(url: str, folder: Path, name: str, known_hash: str | None) -> Path:
+    """``url`` saved as ``folder/name`` with retries and, on a terminal, a progress bar; a known hash
+    (``sha256:…``, ``md5:…``) is checked before the file is kept (pooch raises ValueError on a mismatch and
+    removes the file)."""
     import pooch
 
     progress = sys.stderr.isatty()
-    store = pooch.create(path=folder, base_url="", registry={name: f"sha256:{sha256}" if sha256 else None},
+    store = pooch.create(path=folder, base_url="", registry={name: known_hash},
                          urls={name: url}, retry_if_failed=DOWNLOAD_RETRIES)
     downloader = pooch.HTTPDownloader(progressbar=progress, timeout=DOWNLOAD_TIMEOUT_S)
     return Path(store.fetch(name, downloader=downloader))
@@ -134,5 +153,5 @@ def _extract(archive: Path, member: str, path: Path) -> None:
 
 def digest(specs: list[DataFile]) -> str:
     """A short digest naming exactly these file versions (logged with each run)."""
-    joined = "".join(sorted(spec.path + spec.sha256 for spec in specs))
+    joined = "".join(sorted(spec.path + spec.identity for spec in specs))
     return hashlib.sha256(joined.encode()).hexdigest()[:16]

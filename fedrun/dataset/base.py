@@ -14,7 +14,7 @@ import numpy as np
 
 from fedrun.core.paths import cache_dir
 from fedrun.data import filtering, splits
-from fedrun.data.files import DataFile, digest, resolve
+from fedrun.data.files import DataFile, digest, resolve, sha256_of
 from fedrun.data.interactions import Interactions
 from fedrun.data.splits import Split
 from fedrun.errors import check, check_choice, check_fraction, check_seed
@@ -100,7 +100,9 @@ class Dataset:
     def load_parts(self) -> dict[str, Interactions]:
         """Parsed parts, verified against their checksums and cached keyed by them."""
         paths = {spec.path: resolve(self.name, spec) for spec in self.files()}
-        cache = _cache_path(self.name, self.digest() + self._read_key())
+        # a file with no pinned digest is cached under its own (its dataset's read checks what it holds)
+        unpinned = "".join(sha256_of(paths[spec.path]) for spec in self.files() if spec.sha256 is None)
+        cache = _cache_path(self.name, self.digest() + self._read_key() + unpinned)
         if cache.exists():
             cached = _load_cache(cache)
             if cached is not None:

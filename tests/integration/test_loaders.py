@@ -121,3 +121,44 @@ def test_malformed_line_names_file_and_line(tmp_path, monkeypatch):
     path.write_text("0 1 2\n1 3 x4\n")
     with pytest.raises(DataError, match=r"Malformed line 2 in .*bad.txt"):
         read_sequences(path)
+
+
+def grouplens_ratings(sequences: str, rng: np.random.Generator) -> str:
+    """A ``ratings.dat`` in GroupLens' format (``UserID::MovieID::Rating::Timestamp``) holding the histories of
+    ``sequences.txt``: a rating 1–5 each, timestamps that tie in pairs, and each user's rows in shuffled file
+    order except that the two rows of a tie keep theirs (the real file's order decides its ties)."""
+    lines = []
+    for line in sequences.splitlines():
+        user, *items = line.split()
+        stamps = 978_300_000 + np.arange(len(items)) // 2
+        pairs = rng.permutation((len(items) + 1) // 2)
+        order = [i for pair in pairs for i in (2 * pair, 2 * pair + 1) if i < len(items)]
+        lines += [f"{user}::{items[i]}::{rng.integers(1, 6)}::{stamps[i]}" for i in order]
+    return "\n".join(lines) + "\n"
+
+
+def test_ml1m_ratings_read_grouplens_format_and_are_checked_by_the_histories(tmp_path, monkeypatch):
+    """The ratings variant reads GroupLens' ratings.dat (fetched by name; here rebuilt from sequences.txt, as
+    the real file is not in the offline data): the same users, items and ids as the sequences variant, with
+    ratings and timestamps; a file whose histories differ is refused by name."""
+    sequences = (DATA_DIR / "ml-1m" / "sequences.txt").read_text()
+    folder = tmp_path / "data" / "ml-1m"
+    folder.mkdir(parents=True)
+    (folder / "ratings.dat").write_text(grouplens_ratings(sequences, np.random.default_rng(0)))
+    monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "data"))
+    ratings = ml_1m.Ml1m(parse_config(ml_1m.Ml1m.Config, {"variant": "ratings"}, "dataset")).load_parts()["all"]
+    implicit = ml_1m.Ml1m(parse_config(ml_1m.Ml1m.Config, {}, "dataset"))
+    monkeypatch.setenv("FEDRUN_DATA_DIR", str(DATA_DIR))
+    histories = implicit.load_parts()["all"]
+    assert (ratings.n_users, ratings.n_items, len(ratings)) == (6040, 3706, 1_000_209)
+    assert set(np.unique(ratings.rating)) == {1, 2, 3, 4, 5} and ratings.order is not None
+    pairs = np.sort(ratings.user * 3706 + ratings.item)
+    np.testing.assert_array_equal(pairs, np.sort(histories.user * 3706 + histories.item))  # ids alike
+
+    text = (folder / "ratings.dat").read_text().splitlines()
+    last = max((row for row in range(60) if text[row].startswith("1::")), key=lambda row: text[row].split("::")[3])
+    text[last] = text[last].rsplit("::", 1)[0] + "::1"  # user 1's last movie becomes the first
+    (folder / "ratings.dat").write_text("\n".join(text) + "\n")
+    monkeypatch.setenv("FEDRUN_DATA_DIR", str(tmp_path / "data"))
+    with pytest.raises(DataError, match=r"ml-1m/ratings.dat is not GroupLens' MovieLens 1M ratings.dat"):
+        ml_1m.Ml1m(parse_config(ml_1m.Ml1m.Config, {"variant": "ratings"}, "dataset")).load_parts()
