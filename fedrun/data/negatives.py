@@ -62,13 +62,19 @@ def sample_batch_negatives(users: torch.Tensor, pos: torch.Tensor, pos_mask: tor
     """pos [B, P] (a padded client batch) → [B, P, n_neg] items that are not the client's positives.
 
     The draw for (user, positive p, k) is keyed by position p·n_neg + k. The keys to
-    exclude come from the batch alone, so a round never touches the whole store.
+    exclude come from the batch alone, so a round never touches the whole store. Only real positives
+    (``pos_mask``) get draws; a padded position holds item 0, which nothing reads (``local_problem`` masks it):
+    a bucket's padding cost hash draws and membership tests for nothing.
     """
     B, P = pos.shape
     keys, stride = _batch_keys(pos, pos_mask, n_items)
-    owner = torch.arange(B, device=pos.device).repeat_interleave(P * n_neg)
-    position = torch.arange(P * n_neg, device=pos.device).repeat(B)
-    return _rejection(seed, users[owner], position, owner, keys, stride, n_items).view(B, P, n_neg)
+    client, column = pos_mask.nonzero(as_tuple=True)  # [N] the real positives
+    owner = client.repeat_interleave(n_neg)
+    position = (column.unsqueeze(1) * n_neg + torch.arange(n_neg, device=pos.device)).reshape(-1)
+    drawn = _rejection(seed, users[owner], position, owner, keys, stride, n_items)
+    out = torch.zeros(B, P, n_neg, dtype=drawn.dtype, device=pos.device)
+    out[client, column] = drawn.view(-1, n_neg)
+    return out
 
 
 def sample_client_negatives(users: torch.Tensor, pos: torch.Tensor, pos_mask: torch.Tensor, count: int,

@@ -30,17 +30,23 @@ class UploadError(RuntimeError):
 
 def check_finite(tensor: torch.Tensor, component: str, round_index: int, cause: str = LEARNING_RATE) -> None:
     """Nothing non-finite, and nothing past ``DIVERGED`` in magnitude, leaves ``component``; ``cause``: the
-    settings that scale what it produced, named in the error."""
-    if not tensor.numel():
+    settings that scale what it produced, named in the error.
+
+    One pass over the values: their minimum and maximum (``aminmax``, which propagates NaN and keeps ±inf) are
+    within ±``DIVERGED`` or the tensor is looked at again to say what is wrong. A finiteness mask reduced by
+    ``all()`` and then a maximum of the absolute values took 17× as long on a round's uploads (73,090 × 32
+    floats, one thread: 10 ms against 0.6 ms), a tenth of a general-path W0 round."""
+    if not tensor.numel() or not tensor.is_floating_point():
+        return  # integers are finite and are ids or counts, not values a model computes
+    low, high = (float(bound) for bound in torch.aminmax(tensor.detach()))
+    if -DIVERGED <= low and high <= DIVERGED:  # false for NaN
         return
-    finite = torch.isfinite(tensor)
-    if not bool(finite.all()):
-        bad = int((~finite).sum())
+    bad = int((~torch.isfinite(tensor)).sum())
+    if bad:
         raise NumericalError(f"{component} produced {bad} non-finite value(s) in round {round_index}. {cause}")
-    peak = float(tensor.detach().abs().max())
-    if peak > DIVERGED:
-        raise NumericalError(f"{component} produced values of magnitude {peak:.3g} in round {round_index}, past "
-                             f"{DIVERGED:g}: the model has diverged. {cause}")
+    peak = max(-low, high)
+    raise NumericalError(f"{component} produced values of magnitude {peak:.3g} in round {round_index}, past "
+                         f"{DIVERGED:g}: the model has diverged. {cause}")
 
 
 def check_model(state: dict, rounds: int) -> None:
