@@ -13,12 +13,34 @@ import torch
 from fedrun.backbone.base import Backbone
 
 
+class _InnerProducts(torch.autograd.Function):
+    """⟨p_b, q_bl⟩ for user rows p [B, d] and item rows q [B, L, d] → [B, L], computed by ``einsum`` as before.
+
+    Its backward is written out so that ∂/∂q = g_bl · p_b comes back as a contiguous [B, L, d] product: autograd's
+    ``einsum`` backward returned the transpose of a [B, d, L] batched product, which the row gather behind ``q``
+    (``fedrun.kernels.rows``) had to copy before its ``index_add_`` (8 ms of a 100 ms general W0 round). Each entry
+    of ∂/∂q is one product either way, and ∂/∂p = Σ_l g_bl q_bl is the same batched product as before, so the
+    gradients are the same bits (``tests/test_layers.py``)."""
+
+    @staticmethod
+    def forward(ctx, user: torch.Tensor, item: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(user, item)
+        return torch.einsum("bd,bld->bl", user, item)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        user, item = ctx.saved_tensors
+        grad_user = torch.einsum("bl,bld->bd", grad, item) if ctx.needs_input_grad[0] else None
+        grad_item = grad.unsqueeze(-1) * user.unsqueeze(1) if ctx.needs_input_grad[1] else None
+        return grad_user, grad_item
+
+
 class MF(Backbone):
     losses: ClassVar[tuple[str, ...]] = ("bpr", "bce")
     linear_in_user = True
 
     def score(self, user: torch.Tensor, item: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor:
-        return torch.einsum("bd,bld->bl", user, item)  # [B, L]
+        return _InnerProducts.apply(user, item)  # [B, L]
 
     def score_full(self, user: torch.Tensor, item: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor:
         return user @ item.T  # [U, I]
