@@ -3,7 +3,8 @@ written under ``<sweep>/report/<parent run id>/`` and logged on the sweep's pare
 
 A Hydra callback (``conf/config.yaml``, after ``stop_on_signal``: Hydra ends callbacks in reverse order, so the
 report comes before the parent run is ended, stopped sweeps included). A report that fails says why in one line
-and leaves the runs as they are.
+and leaves the runs as they are. Hydra builds its callbacks for every run, single ones too: the report's modules
+(pandas, matplotlib) load only when a sweep ends.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from fedrun.app.report import report_sweep
 from fedrun.store.runs import sweep_parents
 
 
 class ReportSweep(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from fedrun.app.report import report_sweep
+
         sweep_dir = Path(config.hydra.sweep.dir)
         for entry in sweep_parents(sweep_dir):
             try:
