@@ -38,3 +38,4 @@ def test_the_error_counts_the_non_finite_values_and_names_the_peak():
         check_finite(torch.tensor([0.0, -2e15, 1.0]), "x", 0)
     check_finite(torch.tensor([], dtype=torch.float32), "x", 0)  # nothing to check
     check_finite(torch.tensor([10 ** 17]), "x", 0)  # an integer tensor holds ids or counts
+

@@ -3,6 +3,7 @@ so a round's randomness does not depend on what ran before it (reproducible, res
 
 from __future__ import annotations
 
+import sys
 import zlib
 
 import numpy as np
@@ -30,5 +31,22 @@ def reproducible_on(device: torch.device) -> None:
     (``scripts/checks/device_check.py``), and the switch is turned off again for a CUDA run in the same process.
     The mode's debugging aid, filling every new uninitialised tensor with NaN, stays off: it changes no result
     and cost 4 % of a SimGCL batch (profiled: 3,632 fills per 10 batches instead of 685)."""
-    torch.use_deterministic_algorithms(device.type == "cpu")
+    deterministic_algorithms(device.type == "cpu")
     torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]  # (absent from stubs)
+
+
+def deterministic_algorithms(mode: bool) -> None:
+    """``torch.use_deterministic_algorithms(mode)`` without importing the compiler it also configures.
+
+    Torch's switch is one flag in its core plus ``torch._inductor.config.deterministic``, whose import pulls in
+    the whole compiler stack (1.1 s of a quick run, measured with ``python -X importtime``). fedrun never
+    compiles: the core flag is what its kernels read, and the compiler's setting follows when something else
+    has already loaded it."""
+    set_core_flag = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if set_core_flag is None:  # a torch without the private switch: the public one, import and all
+        torch.use_deterministic_algorithms(mode)
+        return
+    set_core_flag(mode, warn_only=False)
+    compiler = sys.modules.get("torch._inductor.config")
+    if compiler is not None:
+        compiler.deterministic = mode  # type: ignore[attr-defined]  # the config module declares its settings dynamically
