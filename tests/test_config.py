@@ -396,3 +396,23 @@ def test_a_value_of_the_wrong_type_names_the_type_a_reader_knows(override, expec
 
     with pytest.raises(ConfigError, match=rf"expected {expected}\.$"):
         plan(compose_cfg(SMALL + [override]))
+
+
+@pytest.mark.parametrize("overrides, lr, user_lr", [
+    (["method=fedavg", "backbone=ncf"], 3.0, 3.0),  # conf/steps/fedavg/ncf.yaml
+    (["method=fedavg"], 0.3, 3.0),  # MF: FedAvg's own
+    (["method=fedavg", "backbone=ncf", "method.optimizer.lr=0.5"], 0.5, 3.0),  # the command line wins
+    (["method=fedavg", "backbone=ncf", "~steps"], 0.3, 3.0),  # opted out
+    (["+experiment=attacks/ahum_code"], 0.001, None),  # a preset's own steps stay
+])
+def test_a_method_takes_its_measured_steps_with_a_backbone_other_than_its_own(overrides, lr, user_lr):
+    cfg = compose_cfg(overrides)
+    assert (cfg.method.optimizer.lr, cfg.method.optimizer.user_lr) == (lr, user_lr)
+    assert "choices.steps" not in experiment.config_params(cfg, resolve=False)  # follows from method and backbone
+
+
+def test_a_misspelt_steps_choice_is_refused_by_name():
+    from fedrun.core.choices import check_group_choices
+
+    with pytest.raises(ConfigError, match=r"steps.*fedavg/ncff.*fedavg/ncf"):
+        check_group_choices(["steps=fedavg/ncff"])

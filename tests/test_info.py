@@ -75,3 +75,8 @@ def test_the_overview_and_a_misspelt_option_answer_without_torch_or_mlflow():
             "print('torch' in sys.modules, 'mlflow' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["2", "False", "False"] and "closest: fedcl" in done.stderr
+
+
+def test_a_method_shows_its_steps_with_other_backbones():
+    text = describe("method=fedavg")
+    assert "its step sizes with backbone=ncf (conf/steps/fedavg/ncf.yaml; ~steps keeps the method's own)" in text

@@ -47,6 +47,9 @@ def config_params(cfg: DictConfig, resolve: bool) -> dict[str, Any]:
     # Hydra records the optional protocol pair even where no file exists: then nothing was chosen
     if params.get("choices.protocol") not in (None, *options("protocol")):
         del params["choices.protocol"]
+    # the step sizes a method takes with a backbone follow from the two choices, and their values are logged
+    # (method.optimizer.*): a choice of its own would split a report's runs from those recorded before it existed
+    params.pop("choices.steps", None)
     return params
 
 

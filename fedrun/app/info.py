@@ -137,6 +137,10 @@ def describe(selection: str) -> str:
         lines += ["", f"its paper's data protocol with dataset={protocol.stem} "
                       f"(conf/protocol/{option}/{protocol.name}; ~protocol keeps the dataset's own):",
                   *("  " + line for line in protocol.read_text().rstrip().splitlines())]
+    steps = sorted((Path(config_dir()) / "steps" / option).glob("*.yaml")) if group == "method" else []
+    for step in steps:  # its measured step sizes with another backbone (conf/config.yaml: steps)
+        lines += ["", f"its step sizes with backbone={step.stem} (conf/steps/{option}/{step.name}; ~steps keeps "
+                      "the method's own):", *("  " + line for line in step.read_text().rstrip().splitlines())]
     compat = compatibility(group, option)
     if compat:
         lines += ["", "runs with:", *compat]

@@ -4,7 +4,9 @@ Hydra answers ``method=fedcll`` with a search-path dump and a stack-trace hint; 
 the value, the closest options and the whole list. ``protocol=`` is checked the same way. That group is a paper's
 data protocol, ``conf/protocol/<method>/<dataset>.yaml``, chosen by ``conf/config.yaml``'s ``optional protocol:
 ${method}/${dataset}`` (``~protocol`` opts out); Hydra skips an ``optional`` choice that names no file, so it would
-drop a misspelt ``protocol=`` without a word.
+drop a misspelt ``protocol=`` without a word. ``steps=`` likewise: a method's measured step sizes with a backbone its
+defaults were not chosen on, ``conf/steps/<method>/<backbone>.yaml``, chosen by ``optional steps:
+${method}/${backbone}``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from fedrun.core.paths import config_dir
 from fedrun.errors import ConfigError
 
 CHECKED = ("method", "dataset", "backbone", "privacy", "attack", "defense", "audit", "eval", "sim", "track", "row",
-           "setup", "experiment", "protocol")
+           "setup", "experiment", "protocol", "steps")
 
 
 def config_dirs() -> list[Path]:
