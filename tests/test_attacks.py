@@ -275,7 +275,8 @@ def test_a_ra_raises_the_targets_exposure_end_to_end():
     """FedAvg-NCF on ml-100k for 1 epoch: 5% A-ra clients (47) put the least popular item into almost
     every eligible user's top 5; with a negligible step (the same run otherwise) it stays out."""
     base = ["dataset=ml-100k", "backbone=ncf", "track=none", "sim.progress=false", "sim.epochs=1", "eval.er_ks=[5]",
-            "attack=a_ra", "attack.fraction=0.05", "attack.participation=every_round"]  # the stress setting
+            "attack=a_ra", "attack.fraction=0.05", "attack.participation=every_round",  # the stress setting
+            "method.optimizer.lr=0.3"]  # the benign step it was calibrated at (FedAvg's own; NCF's default is 3)
     clean = experiment.run(compose_cfg(base + ["attack.lr=1e-9"]))
     attacked = experiment.run(compose_cfg(base + ["attack.lr=2.0"]))  # ER@5 .08 at lr .5 after one epoch, 1.0 here
     assert clean.test["er_at_5"] < 0.05 and attacked.test["er_at_5"] > 0.5
