@@ -39,17 +39,41 @@ class LocalTrainingConfig:
     server_optimizer: ServerOptimizerConfig = field(default_factory=ServerOptimizerConfig)
     loss_reduction: str = "balanced"  # balanced: LocalTraining.loss | mean: per-client mean | sum (FedRecAttack code)
     l2_scope: str = "example"  # example: backbone.l2 per example | client: ½·l2·(‖u‖² + Σ‖v‖² over its rows), once
+    duplicate_rows: str = "sum"  # sum: a row several examples use gets their gradients' sum | once: one (A-hum code)
 
     def __post_init__(self) -> None:
         check(self.num_negatives >= 0, "num_negatives", self.num_negatives, "an integer >= 0")
         check_choice("loss_reduction", self.loss_reduction, ("mean", "sum", "balanced"))
         check_choice("l2_scope", self.l2_scope, ("example", "client"))
+        check_choice("duplicate_rows", self.duplicate_rows, ("sum", "once"))
 
     def l2_step_lr(self) -> float | None:
         """Per-example L2 on a loss that is the client's mean (``balanced`` too, for the user row): each
         example holds ‖u‖², so a plain-SGD step shrinks u by 2·user_lr·l2 through it (``Method.l2_step_lr``)."""
         mean_l2 = self.loss_reduction in ("mean", "balanced") and self.l2_scope == "example"
         return self.optimizer.private_lr if mean_l2 and self.optimizer.is_plain_sgd else None
+
+
+def slot_uses(problem: LocalProblem) -> torch.Tensor:
+    """[B, Lu] how many of each client's examples score each row of its local table (its positives, the negatives
+    of its real positives and its extra items).
+
+    ``duplicate_rows=once`` divides a row's gradient by this count. The A-hum code (rdz98/PoisonFedDLRS,
+    ``server.py``) adds a client's per-example item gradients with ``grad[items] += g``, an indexed add that keeps
+    one of the values at a repeated index. The repeats there are negatives drawn twice (positives are distinct and
+    never drawn), and two uses of one negative by one user have the same gradient, so keeping one is the sum over
+    uses divided by their count."""
+    B, width = problem.items.shape
+    uses = torch.zeros(B, width, dtype=torch.float32, device=problem.items.device)
+    real = problem.batch.pos_mask.to(uses.dtype)  # [B, P]
+    uses.scatter_add_(1, problem.pos_slot, real)
+    if problem.neg_slot is not None:
+        negatives_real = real.unsqueeze(-1).expand_as(problem.neg_slot).reshape(B, -1)  # [B, P·n]
+        uses.scatter_add_(1, problem.neg_slot.reshape(B, -1), negatives_real)
+    if problem.extra_slot is not None:
+        extra = problem.extra_mask if problem.extra_mask is not None else torch.ones_like(problem.extra_slot) > 0
+        uses.scatter_add_(1, problem.extra_slot, extra.to(uses.dtype))
+    return uses
 
 
 class LocalTraining:
@@ -70,6 +94,8 @@ class LocalTraining:
         term is ½·l2·(‖u‖² + Σ‖v‖² over the client's distinct rows), once per step (the FedRecAttack code's
         ``reg``; the code's rows list a repeated negative twice, fedrun's local table holds it once)."""
         config, backbone = self.config, self.backbone
+        if config.duplicate_rows == "once":  # one example's gradient per row: the sum over its uses, divided
+            item_table = scale_gradient(item_table, 1 / slot_uses(problem).clamp(min=1).unsqueeze(-1))
         if config.loss_reduction == "balanced":  # the mean, with each item row's gradient summed over examples
             examples = problem.batch.pos_mask.sum(1).clamp(min=1).to(item_table.dtype)  # [B]
             item_table = scale_gradient(item_table, examples.view(-1, 1, 1))
@@ -89,8 +115,11 @@ class LocalTraining:
 
     def fedsgd_exact(self, per_example: bool) -> bool:
         """The FedSGD pass computes the per-client mean loss with per-example L2 only, on the rows themselves
-        (``per_example``: the user context scores rows, not propagated ones — no graph)."""
-        return per_example and self.config.loss_reduction in ("mean", "balanced") and self.config.l2_scope == "example"
+        (``per_example``: the user context scores rows, not propagated ones — no graph), each row's gradient summed
+        over its uses."""
+        config = self.config
+        return (per_example and config.loss_reduction in ("mean", "balanced") and config.l2_scope == "example"
+                and config.duplicate_rows == "sum")
 
     def fedsgd_round(self, env: RunEnv, public: PublicParams, user_table: torch.Tensor, users: torch.Tensor,
                      negative_seed: int, rule: Defense) -> FastRound:
