@@ -244,10 +244,12 @@ def test_a_param_added_after_a_run_does_not_split_its_row():
         "param:choices.dataset": ["ml-1m"] * 3, "param:sim.seed": ["1", "2", "3"],
         "param:method.optimizer.user_lr": [None, "None", "None"],  # seed 1 ran before the key existed
         "param:eval.watch": [None, "attack", "attack"],  # added with the default that keeps the old behaviour
+        "param:method.duplicate_rows": [None, None, "sum"],  # likewise (session 55)
         "metric:test_hr_at_10": [0.1, 0.2, 0.3]}))
     _, rows = summarize(frame, ["test_hr_at_10"])
     assert len(rows) == 1 and rows[0][3] == "3"
     assert list(frame["param:eval.watch"]) == ["attack"] * 3
+    assert list(frame["param:method.duplicate_rows"]) == ["sum"] * 3
 
 
 def test_claim_test_pairs_rows_by_seed():

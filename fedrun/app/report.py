@@ -323,7 +323,10 @@ def paper_sections(done: pd.DataFrame, paper: dict, preset: str, out: Path, file
 
 # config keys added with a non-null default that keeps the old behaviour: a run recorded before the key existed
 # ran with that value (keys added with a null default need no entry)
-ADDED_WITH_DEFAULT = {"param:eval.watch": "attack"}  # ER@K of the attack's targets, as every run before the key
+ADDED_WITH_DEFAULT = {
+    "param:eval.watch": "attack",  # ER@K of the attack's targets, as every run before the key
+    "param:method.duplicate_rows": "sum",  # a row's gradient summed over its uses, as every run before the key
+}
 
 
 def absent_as_null(frame: pd.DataFrame) -> pd.DataFrame:
