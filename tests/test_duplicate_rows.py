@@ -53,9 +53,10 @@ def test_once_uploads_the_codes_indexed_add_of_per_use_gradients():
 
 
 def test_sum_keeps_the_default_and_once_leaves_the_fast_path():
-    method, _ = make_method([], base=TINY[:7] + TINY[8:])
+    auto = [o for o in TINY if o != "sim.fast_path=off"]
+    method, _ = make_method([], base=auto)
     assert method.config.duplicate_rows == "sum" and round_of(method).uses_fast_path
-    once, _ = make_method(["method.duplicate_rows=once"], base=TINY[:7] + TINY[8:])
+    once, _ = make_method(["method.duplicate_rows=once"], base=auto)
     assert not round_of(once).uses_fast_path  # the FedSGD pass sums a row's uses
 
 
@@ -64,3 +65,11 @@ def test_an_unknown_duplicate_rows_value_is_refused_by_name():
 
     with pytest.raises(ConfigError, match="duplicate_rows"):
         make_method(["method.duplicate_rows=twice"], base=TINY)
+
+
+def test_once_is_refused_where_a_rows_uses_have_different_gradients():
+    from fedrun.errors import ConfigError
+
+    refusal = r"method.duplicate_rows='once' is not allowed: expected sum with backbone lightgcn"
+    with pytest.raises(ConfigError, match=refusal):
+        make_method(["method.duplicate_rows=once", "backbone=lightgcn"], base=TINY)

@@ -180,6 +180,11 @@ def check_combination(method_cls: type, method_config: Any, backbone: Any, priva
     check(not backbone.binary_codes or method_cls.binary_backbones, "backbone", name("backbone", backbone),
           f"a real-valued backbone for {method}: {name('backbone', backbone)}'s ±1 codes are trained by discrete "
           "coordinate descent (method=lightfr), not by gradients")
+    if getattr(method_config, "duplicate_rows", "sum") == "once":
+        check(backbone.user_context == "ids", "method.duplicate_rows", "once",
+              f"sum with backbone {name('backbone', backbone)}: once stands for the A-hum code's indexed add because "
+              f"a client's repeated uses of a row score it directly and so have equal gradients; a "
+              f"{backbone.user_context} backbone's uses differ (propagated or position by position)")
     if backbone.user_context == "graph":
         check(method_cls.graph_backbones, "backbone", name("backbone", backbone),
               f"a backbone without a graph for {method}: it has no propagation step (graph backbones run with "

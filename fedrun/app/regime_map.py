@@ -30,13 +30,13 @@ def cells(client: MlflowClient, experiment_id: str) -> pd.DataFrame:
     for run in client.search_runs([experiment_id], "attributes.status = 'FINISHED'", max_results=10_000):
         params, tags = run.data.params, run.data.tags
         exposure = [m.value for m in metric_names.history(client, run, EXPOSURE)]
-        final = metric_names.run_metrics(run).get(EXPOSURE)
         joined = [m.value for m in metric_names.history(client, run, SHARE) if m.value > 0]
         if not exposure:
             continue
+        final = metric_names.run_metrics(run).get(EXPOSURE, exposure[-1])
         rows.append({"attack": tags.get("fedrun.attack", "none"), "fraction": float(params["attack.fraction"]),
                      "negatives": int(params["method.num_negatives"]), "defense": tags.get("fedrun.defense", ""),
-                     "seed": int(params.get("sim.seed", 0)), "final": exposure[-1] if final is None else final,
+                     "seed": int(params.get("sim.seed", 0)), "final": final,
                      "peak": max(exposure), "share": sum(joined) / len(joined) if joined else 0.0})
     return pd.DataFrame(rows)
 

@@ -20,7 +20,7 @@ class _InnerProducts(torch.autograd.Function):
     ``einsum`` backward returned the transpose of a [B, d, L] batched product, which the row gather behind ``q``
     (``fedrun.kernels.rows``) had to copy before its ``index_add_`` (8 ms of a 100 ms general W0 round). Each entry
     of ∂/∂q is one product either way, and ∂/∂p = Σ_l g_bl q_bl is the same batched product as before, so the
-    gradients are the same bits (``tests/test_layers.py``)."""
+    gradients are the same bits (``tests/test_backbone_mf.py``)."""
 
     @staticmethod
     def forward(ctx, user: torch.Tensor, item: torch.Tensor) -> torch.Tensor:

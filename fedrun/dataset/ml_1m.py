@@ -42,7 +42,9 @@ def derive_sequences(path: Path) -> None:
     except DataError as err:
         raise DataError(f"Missing data file {path}, which is derived from ml-1m's ratings.dat: {err}") from None
     users, items, _, times = read_ratings(ratings)
-    path.write_text(histories(users, items, times))
+    partial = path.with_suffix(path.suffix + ".part")  # a derivation cut short leaves no file a run would read
+    partial.write_text(histories(users, items, times))
+    partial.replace(path)
 
 
 SEQUENCES = {"all": DataFile("sequences.txt", "3b3803d72c034929ada18b2cbd114296261c012b7a3e10282543adeceba53fb1",
@@ -107,9 +109,9 @@ def read_ratings(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
         table = pd.read_csv(io.BytesIO(path.read_bytes().replace(b"::", b"\t")), sep="\t", header=None,
                             dtype=np.int64).to_numpy()
     except (ValueError, pd.errors.ParserError):
+        table = None
+    if table is None or table.shape[1] != 4:
         table = read_table(path, 4, sep="::")  # raises the DataError naming the malformed line
-    if table.ndim != 2 or table.shape[1] != 4:
-        table = read_table(path, 4, sep="::")
     return (table[:, 0].astype(np.int64), table[:, 1].astype(np.int64), table[:, 2].astype(np.float32),
             table[:, 3].astype(np.int64))
 

@@ -95,7 +95,8 @@ class LocalTraining:
         ``reg``; the code's rows list a repeated negative twice, fedrun's local table holds it once)."""
         config, backbone = self.config, self.backbone
         if config.duplicate_rows == "once":  # one example's gradient per row: the sum over its uses, divided
-            item_table = scale_gradient(item_table, 1 / slot_uses(problem).clamp(min=1).unsqueeze(-1))
+            uses = slot_uses(problem).clamp(min=1).to(item_table.dtype)  # [B, Lu]
+            item_table = scale_gradient(item_table, 1 / uses.unsqueeze(-1))
         if config.loss_reduction == "balanced":  # the mean, with each item row's gradient summed over examples
             examples = problem.batch.pos_mask.sum(1).clamp(min=1).to(item_table.dtype)  # [B]
             item_table = scale_gradient(item_table, examples.view(-1, 1, 1))
