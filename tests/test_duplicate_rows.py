@@ -31,7 +31,7 @@ def per_position(problem: LocalProblem, b: int) -> tuple[torch.Tensor, LocalProb
 
 
 def test_once_uploads_the_codes_indexed_add_of_per_use_gradients():
-    method, env = make_method(["method.duplicate_rows=once"], base=TINY)
+    method, env = make_method(["method.duplicate_rows=once", "sim.buckets=1"], base=TINY)  # one bucket: one problem
     client, public = method.client, method.public
     users = torch.arange(8)
     (problem,) = client.problems(users, 0)

@@ -34,9 +34,11 @@ if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
 # averaged over, not grouped by: training seeds, data-split seeds and folds, and settings that say
-# how a run executes rather than what it computes (threads, progress bar, device, checkpoints)
+# how a run executes rather than what it computes (threads, progress bar, device, checkpoints, how a round's clients
+# are bucketed: a client's numbers do not depend on its bucket beyond float rounding)
 SEED_PARAMS = {"sim.seed", "sim.progress", "sim.device", "device", "dataset.split.seed", "dataset.split.fold",
                "sim.threads", "sim.checkpoint_dir", "sim.checkpoint_every", "sim.resume",
+               "sim.buckets", "sim.padding", "sim.min_bucket_clients", "sim.max_slots",
                # per-run measurements logged as params: the first CL4FedRec runs' synthetic-item share, FedMF's
                # measured Paillier time per value
                "run.synthetic_popularity_share", "run.paillier_ms_per_value"}

@@ -6,6 +6,8 @@ user's negatives do not depend on batching, bucketing or device.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 
 from fedrun.core import hashrng
@@ -66,14 +68,34 @@ def sample_batch_negatives(users: torch.Tensor, pos: torch.Tensor, pos_mask: tor
     (``pos_mask``) get draws; a padded position holds item 0, which nothing reads (``local_problem`` masks it):
     a bucket's padding cost hash draws and membership tests for nothing.
     """
-    B, P = pos.shape
-    keys, stride = _batch_keys(pos, pos_mask, n_items)
-    client, column = pos_mask.nonzero(as_tuple=True)  # [N] the real positives
-    owner = client.repeat_interleave(n_neg)
-    position = (column.unsqueeze(1) * n_neg + torch.arange(n_neg, device=pos.device)).reshape(-1)
-    drawn = _rejection(seed, users[owner], position, owner, keys, stride, n_items)
-    out = torch.zeros(B, P, n_neg, dtype=drawn.dtype, device=pos.device)
-    out[client, column] = drawn.view(-1, n_neg)
+    return sample_bucket_negatives([(users, pos, pos_mask)], n_neg, n_items, seed)[0]
+
+
+def sample_bucket_negatives(buckets: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], n_neg: int,
+                            n_items: int, seed: int) -> list[torch.Tensor]:
+    """``sample_batch_negatives`` of every bucket (users [B], pos [B, P], pos_mask [B, P]) of a round, as one
+    rejection pass: the same items, since a draw is keyed by (user, position, attempt) and tested against its
+    own client's positives only (the buckets' clients are numbered one after another)."""
+    stride = n_items + 1
+    keys, owners, positions, places, offset = [], [], [], [], 0
+    for _, pos, pos_mask in buckets:
+        bucket_keys, _ = _batch_keys(pos, pos_mask, n_items)
+        keys.append(bucket_keys + offset * stride)  # still sorted: every key of this bucket is above the last's
+        client, column = pos_mask.nonzero(as_tuple=True)  # [N] the real positives
+        owners.append(client.repeat_interleave(n_neg) + offset)
+        positions.append((column.unsqueeze(1) * n_neg + torch.arange(n_neg, device=pos.device)).reshape(-1))
+        places.append((client, column))
+        offset += pos.shape[0]
+    if not buckets:
+        return []
+    owner = torch.cat(owners)
+    drawn = _rejection(seed, torch.cat([users for users, _, _ in buckets])[owner], torch.cat(positions), owner,
+                       torch.cat(keys), stride, n_items)
+    out = []
+    for (_, pos, _), (client, column), part in zip(buckets, places, torch.split(drawn, [o.numel() for o in owners])):
+        negatives = torch.zeros(*pos.shape, n_neg, dtype=drawn.dtype, device=pos.device)  # [B, P, n_neg]
+        negatives[client, column] = part.view(-1, n_neg)
+        out.append(negatives)
     return out
 
 

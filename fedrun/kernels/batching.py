@@ -9,6 +9,7 @@ table per bucket, with the training examples pointing into it (``pos_slot``,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
@@ -16,25 +17,51 @@ from fedrun.backbone.sequential import SequenceView
 from fedrun.types import ClientBatch
 
 
-def bucketize(sizes: torch.Tensor, n_buckets: int, max_slots: int, slots_per_row: int,
-              min_clients: int = 1) -> list[torch.Tensor]:
+def bucketize(sizes: torch.Tensor, n_buckets: int | str, max_slots: int, slots_per_row: int,
+              min_clients: int = 1, padding: float = 1.3) -> list[torch.Tensor]:
     """Split clients (by their data size) into groups of similar size.
 
-    Returns index tensors into ``sizes``. Clients are sorted by size and cut into at most
-    ``n_buckets`` groups of equal count, each of at least ``min_clients`` clients (fewer,
-    larger buckets when a round is small: a bucket's cost is mostly fixed overhead); a
-    group whose padded size (clients × longest × ``slots_per_row``) exceeds ``max_slots``
-    is cut further.
+    Returns index tensors into ``sizes``, smallest clients first, in size order (stable). ``n_buckets="auto"``:
+    as few groups as keep every group's padded slots (clients × longest) at most ``padding`` times its real ones
+    (``padded_groups``), so padding stays bounded however many clients a round has. An integer: clients cut into
+    at most ``n_buckets`` groups of equal count, each of at least ``min_clients`` clients (fewer, larger buckets
+    when a round is small). Either way a group whose padded size (clients × longest × ``slots_per_row``) exceeds
+    ``max_slots`` is cut further.
     """
     order = torch.argsort(sizes, stable=True)
-    count = max(1, min(n_buckets, order.numel() // max(min_clients, 1)))
-    groups = [g for g in torch.tensor_split(order, count) if g.numel()]
+    if n_buckets == "auto":
+        groups = padded_groups(order, sizes[order], padding)
+    else:
+        count = max(1, min(int(n_buckets), order.numel() // max(min_clients, 1)))
+        groups = [g for g in torch.tensor_split(order, count) if g.numel()]
     out: list[torch.Tensor] = []
     for group in groups:
         longest = int(sizes[group].max())
         per_chunk = max(1, max_slots // max(1, longest * slots_per_row))
         out.extend(torch.split(group, per_chunk))
     return out
+
+
+def padded_groups(order: torch.Tensor, sorted_sizes: torch.Tensor, padding: float) -> list[torch.Tensor]:
+    """``order`` [n] (clients by size), ``sorted_sizes`` [n] ascending → the fewest contiguous groups each holding
+    at most ``padding`` × its real slots once padded to its longest client.
+
+    Greedy from the longest client down: each group takes every shorter client it can. That is the fewest groups,
+    since a group that fits still fits without its shortest client (removing a client below the group's mean
+    lowers count × longest / total). One vector test per group, none per client.
+    """
+    n = order.numel()
+    sizes = sorted_sizes.to(torch.float64)
+    prefix = torch.cat([sizes.new_zeros(1), sizes.cumsum(0)])  # [n + 1] slots of the i shortest clients
+    starts = torch.arange(n, dtype=torch.float64, device=sizes.device)  # [n] candidate first client of a group
+    bounds, end = [], n
+    while end > 0:
+        longest = sizes[end - 1]
+        fits = (end - starts[:end]) * longest <= padding * (prefix[end] - prefix[:end])  # [end]: a suffix of True
+        start = int(fits.to(torch.uint8).argmax())  # the first client that fits (the longest one always does)
+        bounds.append((start, end))
+        end = start
+    return [order[start:end] for start, end in reversed(bounds)]
 
 
 @dataclass(frozen=True)
@@ -63,7 +90,67 @@ def local_problem(batch: ClientBatch, negatives: torch.Tensor | None, n_items: i
     items the server sent it), each listed once instead of once per positive; ``extra_mask``
     [B, T] marks padding in ``extra`` when clients hold different numbers of them.
     """
-    B, P = batch.pos.shape
+    return local_problems([batch], [negatives], n_items, [extra], [extra_mask])[0]
+
+
+def local_problems(batches: Sequence[ClientBatch], negatives: Sequence[torch.Tensor | None], n_items: int,
+                   extras: Sequence[torch.Tensor | None] | None = None,
+                   extra_masks: Sequence[torch.Tensor | None] | None = None) -> list[LocalProblem]:
+    """``local_problem`` of every bucket of a round, with one de-duplication for the round.
+
+    A client's table depends on its own keys alone (its distinct items, ascending), so one sort of every
+    bucket's (client, item) keys gives each bucket the table its own sort would; the buckets' clients are
+    numbered one after another, so each bucket's distinct keys are one contiguous run of the round's.
+    """
+    extras = [None] * len(batches) if extras is None else extras
+    extra_masks = [None] * len(batches) if extra_masks is None else extra_masks
+    keys, layouts, offset = [], [], 0
+    total = sum(batch.pos.shape[0] for batch in batches)
+    sentinel = total * n_items  # sorts after every real key
+    for batch, negs, extra, extra_mask in zip(batches, negatives, extras, extra_masks):
+        touched, valid = _touched(batch, negs, extra, extra_mask)  # [B, M]
+        B = touched.shape[0]
+        client = offset + torch.arange(B, device=touched.device).unsqueeze(1)
+        keys.append(torch.where(valid, client * n_items + touched, torch.full_like(touched, sentinel)).reshape(-1))
+        layouts.append((B, touched.shape[1], valid))
+        offset += B
+    if not keys:
+        return []
+    uniq, inverse = torch.unique(torch.cat(keys), return_inverse=True)  # sorted by client, then item
+    real = uniq < sentinel
+    owner, item = uniq // n_items, uniq % n_items
+    counts = torch.bincount(owner[real], minlength=total)  # [total] distinct items per client
+    starts = counts.cumsum(0) - counts
+    slot_of_uniq = torch.arange(uniq.numel(), device=uniq.device) - starts[owner.clamp_max(max(total - 1, 0))]
+    sizes = torch.tensor([b for b, _, _ in layouts], device=counts.device)
+    bucket = torch.repeat_interleave(torch.arange(len(layouts), device=counts.device), sizes)  # [total]
+    widths = torch.zeros_like(sizes).scatter_reduce_(0, bucket, counts, "amax")  # [buckets] widest table
+    reals = torch.zeros_like(sizes).index_add_(0, bucket, counts)  # [buckets] distinct keys
+    per_bucket = torch.stack([widths, reals], 1).tolist()  # one transfer for the round
+    out, first_client, first_key, first_entry = [], 0, 0, 0
+    for (B, M, valid), (width, n_real), batch, negs, extra, extra_mask in zip(
+            layouts, per_bucket, batches, negatives, extras, extra_masks):
+        rows = slice(first_key, first_key + n_real)  # the bucket's distinct keys
+        items = torch.zeros(B, width, dtype=torch.int64, device=uniq.device)
+        item_mask = torch.zeros(B, width, dtype=torch.bool, device=uniq.device)
+        items[owner[rows] - first_client, slot_of_uniq[rows]] = item[rows]
+        item_mask[owner[rows] - first_client, slot_of_uniq[rows]] = True
+        own = inverse[first_entry:first_entry + B * M]  # where the bucket's keys went
+        slots = torch.where(valid, slot_of_uniq[own].view(B, M), torch.zeros_like(own).view(B, M))
+        P = batch.pos.shape[1]
+        n_neg = 0 if negs is None else negs.shape[1] * negs.shape[2]
+        neg_slot = None if negs is None else slots[:, P:P + n_neg].reshape(negs.shape)
+        extra_slot = None if extra is None else slots[:, P + n_neg:]
+        out.append(LocalProblem(batch, items, item_mask, slots[:, :P], neg_slot, extra_slot, extra_mask))
+        first_client, first_key, first_entry = first_client + B, first_key + n_real, first_entry + B * M
+    return out
+
+
+def _touched(batch: ClientBatch, negatives: torch.Tensor | None, extra: torch.Tensor | None,
+             extra_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, M] the items each client's examples touch (positives, their negatives, the extra ones) and which are
+    real."""
+    B = batch.pos.shape[0]
     touched, valid = [batch.pos], [batch.pos_mask]
     if negatives is not None:
         touched.append(negatives.reshape(B, -1))
@@ -71,23 +158,4 @@ def local_problem(batch: ClientBatch, negatives: torch.Tensor | None, n_items: i
     if extra is not None:
         touched.append(extra)
         valid.append(torch.ones_like(extra, dtype=torch.bool) if extra_mask is None else extra_mask)
-    touched, valid = torch.cat(touched, 1), torch.cat(valid, 1)  # [B, M]
-    client = torch.arange(B, device=touched.device).unsqueeze(1).expand_as(touched)
-    sentinel = B * n_items  # sorts after every real key
-    key = torch.where(valid, client * n_items + touched, torch.full_like(touched, sentinel))
-    uniq, inverse = torch.unique(key, return_inverse=True)  # sorted by client, then item
-    real = uniq < sentinel
-    owner, item = uniq // n_items, uniq % n_items
-    counts = torch.bincount(owner[real], minlength=B)
-    starts = counts.cumsum(0) - counts
-    slot_of_uniq = torch.arange(uniq.numel(), device=uniq.device) - starts[owner.clamp_max(B - 1)]
-    width = int(counts.max()) if B else 0
-    items = torch.zeros(B, width, dtype=torch.int64, device=touched.device)
-    item_mask = torch.zeros(B, width, dtype=torch.bool, device=touched.device)
-    items[owner[real], slot_of_uniq[real]] = item[real]
-    item_mask[owner[real], slot_of_uniq[real]] = True
-    slots = torch.where(valid, slot_of_uniq[inverse], torch.zeros_like(inverse))  # [B, M]
-    n_neg = 0 if negatives is None else negatives.shape[1] * negatives.shape[2]
-    neg_slot = None if negatives is None else slots[:, P:P + n_neg].reshape(negatives.shape)
-    extra_slot = None if extra is None else slots[:, P + n_neg:]
-    return LocalProblem(batch, items, item_mask, slots[:, :P], neg_slot, extra_slot, extra_mask)
+    return torch.cat(touched, 1), torch.cat(valid, 1)

@@ -26,8 +26,11 @@ class SimConfig:
     patience: int | None = None  # stop after this many validations without a better eval.monitor (null: never)
     keep_best: bool = False  # test the model of the best validation eval.monitor instead of the last one
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    buckets: int = 8  # client buckets by data size per round (padding waste vs. launch count)
-    min_bucket_clients: int = 16  # fewer buckets when a round has few clients
+    # client buckets by data size per round: auto (as few as keep each bucket's padded slots at most ``padding``
+    # times its real ones) or a fixed count (equal-count buckets, at least ``min_bucket_clients`` clients each)
+    buckets: int | str = "auto"
+    padding: float = 1.3  # auto buckets: the most padded slots per real one in a bucket
+    min_bucket_clients: int = 16  # fixed-count buckets: fewer buckets when a round has few clients
     # most padded (client, example) slots trained at once: bounds memory. At its default it is lowered, said in
     # the log and recorded (run.max_slots), where a full bucket would not fit this machine's memory at the
     # backbone's width; a value set by hand that does not fit is refused
@@ -54,7 +57,9 @@ class SimConfig:
         check(self.eval_every >= 0, "eval_every", self.eval_every, "an integer >= 0")
         check(self.test_every >= 0, "test_every", self.test_every, "an integer >= 0")
         check(self.patience is None or self.patience >= 1, "patience", self.patience, "null or an integer >= 1")
-        check(self.buckets >= 1, "buckets", self.buckets, "an integer >= 1")
+        check(self.buckets == "auto" or (isinstance(self.buckets, int) and not isinstance(self.buckets, bool)
+                                         and self.buckets >= 1), "buckets", self.buckets, "auto or an integer >= 1")
+        check(self.padding >= 1, "padding", self.padding, "a number >= 1 (padded slots per real one)")
         check(self.min_bucket_clients >= 1, "min_bucket_clients", self.min_bucket_clients, "an integer >= 1")
         check(self.max_slots >= 1, "max_slots", self.max_slots, "an integer >= 1")
         check_choice("fast_path", self.fast_path, ("auto", "off"))

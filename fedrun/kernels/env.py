@@ -8,6 +8,7 @@ from typing import Iterator
 import torch
 
 from fedrun.backbone.base import Backbone
+from fedrun.core.memory import keep_freed_memory
 from fedrun.core.seeding import reproducible_on
 from fedrun.data.client_store import ClientStore
 from fedrun.data.splits import Split
@@ -28,6 +29,7 @@ class RunEnv:
     def create(cls, split: Split, sim: SimConfig, backbone: Backbone) -> "RunEnv":
         device = sim.torch_device()
         reproducible_on(device)
+        keep_freed_memory()  # a round's temporaries reuse the last round's pages (fedrun.core.memory)
         return cls(split, ClientStore.from_interactions(split.train, device), device, sim, backbone)
 
     @property
@@ -48,5 +50,5 @@ class RunEnv:
         data, its last ``max_len`` items when given), client side."""
         sizes = self.train.sizes(users) if sizes is None else sizes
         for index in bucketize(sizes, self.sim.buckets, self.sim.max_slots, slots_per_row,
-                               self.sim.min_bucket_clients):
+                               self.sim.min_bucket_clients, self.sim.padding):
             yield index, self.train.client_batch(users[index], max_len)

@@ -72,7 +72,14 @@ class UploadSchema:
 
 def check_uploads(uploads: Uploads, schema: UploadSchema, round_index: int, component: str) -> None:
     """Uploads may hold the schema's item rows and dense fields only (by default: deltas of the public
-    item table and of the public weights)."""
+    item table and of the public weights), with finite values."""
+    check_upload_fields(uploads, schema, component)
+    check_upload_values(uploads, component, round_index)
+
+
+def check_upload_fields(uploads: Uploads, schema: UploadSchema, component: str) -> None:
+    """The schema's item rows and dense fields only, of their declared shapes (what one bucket's uploads must hold
+    before the round joins them)."""
     if tuple(uploads.row_delta.shape[1:]) != schema.row_shape:
         raise UploadError(f"{component}: item-row deltas of width {tuple(uploads.row_delta.shape[1:])}, "
                           f"the protocol's item rows have {schema.row_shape}")
@@ -84,7 +91,6 @@ def check_uploads(uploads: Uploads, schema: UploadSchema, round_index: int, comp
         if tuple(delta.shape[1:]) != schema.dense[name]:
             raise UploadError(f"{component}: delta of {name} has shape {tuple(delta.shape[1:])}, "
                               f"expected {schema.dense[name]}")
-    check_upload_values(uploads, component, round_index)
 
 
 def check_upload_values(uploads: Uploads, component: str, round_index: int, cause: str = LEARNING_RATE) -> None:

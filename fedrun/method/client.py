@@ -29,8 +29,8 @@ import torch
 from fedrun.backbone.base import PrivateParams, PublicParams
 from fedrun.core.seeding import derive_seed
 from fedrun.data.client_store import ClientStore
-from fedrun.data.negatives import sample_batch_negatives
-from fedrun.kernels.batching import LocalProblem, local_problem
+from fedrun.data.negatives import sample_batch_negatives, sample_bucket_negatives
+from fedrun.kernels.batching import LocalProblem, local_problem, local_problems
 from fedrun.kernels.env import RunEnv
 from fedrun.kernels.local import ClientOptimizer, LocalResult, problem_loss, train_local
 from fedrun.method._pseudo import PairPerturbationConfig, perturb_round
@@ -110,18 +110,16 @@ class Client:
         return Exchange(bytes_up=shared.nbytes_per_client(), metrics=self.context.spent(privacy, shared), shared=shared)
 
     def problems(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None) -> list[LocalProblem]:
-        """The round's buckets of local problems (``sent``: what the exchange gave the clients)."""
+        """The round's buckets of local problems (``sent``: what the exchange gave the clients): the negatives of
+        every bucket drawn, and every client's local table de-duplicated, once for the round."""
         env = self.env
-        seed = self.negative_seed(round_index)
-        out = []
-        for _, batch in env.client_batches(users, 1 + self.num_negatives):
-            batch = self.prepare_batch(batch, round_index)
-            negatives = None
-            if self.num_negatives:
-                negatives = sample_batch_negatives(batch.users, batch.pos, batch.pos_mask, self.num_negatives,
-                                                   env.n_items, seed)
-            out.append(local_problem(batch, negatives, env.n_items))
-        return self.context.attach(out, round_index, sent)
+        batches = [self.prepare_batch(batch, round_index)
+                   for _, batch in env.client_batches(users, 1 + self.num_negatives)]
+        negatives: list[torch.Tensor | None] = [None] * len(batches)
+        if self.num_negatives:
+            negatives = list(sample_bucket_negatives([(b.users, b.pos, b.pos_mask) for b in batches],
+                                                     self.num_negatives, env.n_items, self.negative_seed(round_index)))
+        return self.context.attach(local_problems(batches, negatives, env.n_items), round_index, sent)
 
     def prepare_batch(self, batch: ClientBatch, round_index: int) -> ClientBatch:
         """What the clients do to their own pairs before the round's training: the pseudo items and masking

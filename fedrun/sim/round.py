@@ -33,7 +33,7 @@ from fedrun.core.seeding import generator
 from fedrun.defense.base import Defense
 from fedrun.defense.diagnostics import target_uploads
 from fedrun.kernels.config import SimConfig
-from fedrun.kernels.guards import LEARNING_RATE, check_finite, check_upload_values, check_uploads
+from fedrun.kernels.guards import LEARNING_RATE, check_finite, check_upload_fields, check_upload_values, check_uploads
 from fedrun.kernels.sampling import ClientSampler
 from fedrun.method.base import RoundStats
 from fedrun.method.federated import ClientResult, FederatedMethod
@@ -169,11 +169,13 @@ class FederatedRound:
         device = self.method.server.public.item.device
         gen = generator(self.seed, "privacy", ctx.round, device)
         component = f"the client step ({type(self.method).__name__})"
+        schema = self.method.upload_schema()
         owners = self.world.owners([problem.item_mask.numel() for problem in problems])
         mine = {b: client.step(problem) for b, problem in enumerate(problems) if owners[b] == self.world.rank}
         results = []
         for problem, result in zip(problems, self.world.gather_results(mine, len(problems), device)):
             check_finite(result.user, component, ctx.round)
+            check_upload_fields(result.uploads, schema, component)  # before the round joins the buckets' uploads
             client.write_back(problem.batch.users, result)
             privatized = self.privacy.apply(result.uploads, gen)
             if self.privacy.transforms_uploads:

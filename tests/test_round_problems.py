@@ -1,0 +1,115 @@
+"""A round's local problems built once for the round (issue #67): buckets sized by padding, the negatives of every
+bucket in one rejection pass, every client's table in one de-duplication — each the same as its per-bucket
+twin, and the process heap kept between rounds."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedrun.data.negatives import sample_batch_negatives, sample_bucket_negatives
+from fedrun.errors import ConfigError
+from fedrun.kernels.batching import bucketize, local_problem, local_problems, padded_groups
+from fedrun.kernels.config import SimConfig
+from fedrun.types import ClientBatch
+
+
+def padded_ratio(sizes: torch.Tensor, group: torch.Tensor) -> float:
+    return group.numel() * int(sizes[group].max()) / int(sizes[group].sum())
+
+
+def fewest_groups(sorted_sizes: list[int], padding: float) -> int:
+    """Brute force: the fewest contiguous groups of ``sorted_sizes`` each within ``padding`` (a DP over cuts)."""
+    n = len(sorted_sizes)
+    best = [0] + [n + 1] * n  # best[j]: fewest groups covering the j shortest clients
+    for j in range(1, n + 1):
+        for i in range(j):
+            group = sorted_sizes[i:j]
+            if (j - i) * group[-1] <= padding * sum(group):
+                best[j] = min(best[j], best[i] + 1)
+    return best[n]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 400), min_size=1, max_size=40), st.sampled_from([1.0, 1.2, 1.3, 2.0]))
+def test_auto_buckets_bound_padding_with_the_fewest_groups(sizes, padding):
+    sizes = torch.tensor(sizes)
+    groups = bucketize(sizes, "auto", max_slots=1 << 30, slots_per_row=1, padding=padding)
+    assert torch.equal(torch.cat(groups), torch.argsort(sizes, stable=True))  # every client once, in size order
+    assert all(padded_ratio(sizes, g) <= padding + 1e-12 for g in groups)
+    assert len(groups) == fewest_groups(sorted(sizes.tolist()), padding)
+
+
+def test_auto_buckets_stay_few_when_rounds_grow():
+    sizes = torch.cat([torch.full((2000,), 20), torch.full((2000,), 60), torch.full((96,), 900)])
+    groups = padded_groups(torch.argsort(sizes, stable=True), torch.sort(sizes).values, 1.3)
+    assert len(groups) == 3  # one per size, however many clients share it
+    fixed = bucketize(sizes, 8, max_slots=1 << 30, slots_per_row=1)
+    padded = sum(g.numel() * int(sizes[g].max()) for g in fixed) / int(sizes.sum())
+    assert padded > 1.3  # the equal-count cut mixes sizes
+
+
+def test_auto_buckets_still_respect_the_slot_budget():
+    sizes = torch.full((10,), 50)
+    groups = bucketize(sizes, "auto", max_slots=200, slots_per_row=2, padding=1.3)
+    assert [g.numel() for g in groups] == [2] * 5
+
+
+@pytest.mark.parametrize("value", [0, -1, "many", True, 2.5])
+def test_a_bucket_count_that_is_neither_auto_nor_positive_is_refused(value):
+    with pytest.raises(ConfigError, match="buckets"):
+        SimConfig(buckets=value)
+
+
+def test_padding_below_one_is_refused():
+    with pytest.raises(ConfigError, match="padding"):
+        SimConfig(padding=0.9)
+
+
+def round_batches(seed: int = 0, n_items: int = 40) -> list[ClientBatch]:
+    gen = torch.Generator().manual_seed(seed)
+    out, user = [], 100
+    for B, P in [(3, 2), (4, 5), (2, 9)]:
+        mask = torch.arange(P).unsqueeze(0) < torch.randint(1, P + 1, (B, 1), generator=gen)
+        pos = torch.stack([torch.randperm(n_items, generator=gen)[:P] for _ in range(B)])
+        out.append(ClientBatch(torch.arange(user, user + B), torch.where(mask, pos, 0), mask, None))
+        user += B
+    return out
+
+
+def test_one_negative_draw_for_the_round_gives_each_buckets_own_draw():
+    batches = round_batches()
+    together = sample_bucket_negatives([(b.users, b.pos, b.pos_mask) for b in batches], 3, 40, seed=7)
+    for batch, negatives in zip(batches, together):
+        assert torch.equal(negatives, sample_batch_negatives(batch.users, batch.pos, batch.pos_mask, 3, 40, 7))
+
+
+def test_one_deduplication_for_the_round_gives_each_buckets_own_table():
+    batches = round_batches(seed=3, n_items=12)  # few items: negatives repeat positives' neighbours and each other
+    negatives = sample_bucket_negatives([(b.users, b.pos, b.pos_mask) for b in batches], 2, 12, seed=1)
+    extras = [torch.randint(0, 12, (b.pos.shape[0], 3)) for b in batches]
+    masks = [torch.rand(b.pos.shape[0], 3) < 0.7 for b in batches]
+    for with_extra in (False, True):
+        together = local_problems(batches, negatives, 12, extras if with_extra else None,
+                                  masks if with_extra else None)
+        for i, (batch, problem) in enumerate(zip(batches, together)):
+            alone = local_problem(batch, negatives[i], 12, extras[i] if with_extra else None,
+                                  masks[i] if with_extra else None)
+            for field in ("items", "item_mask", "pos_slot", "neg_slot", "extra_slot"):
+                left, right = getattr(problem, field), getattr(alone, field)
+                assert (left is None and right is None) or torch.equal(left, right), field
+
+
+def test_the_heap_is_kept_unless_released():
+    code = "from fedrun.core.memory import keep_freed_memory as k; print(k(), k())"
+    kept = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    released = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                              env={**os.environ, "FEDRUN_HEAP": "release"}).stdout.split()
+    glibc = sys.platform.startswith("linux")
+    assert kept == [str(glibc)] * 2 and released == ["False"] * 2
