@@ -6,7 +6,7 @@ user's negatives do not depend on batching, bucketing or device.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Sequence, cast
 
 import torch
 
@@ -21,15 +21,39 @@ def contains(sorted_keys: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     return sorted_keys[pos] == keys
 
 
+class KeySet:
+    """Membership of int64 keys in a fixed set of keys in [0, ``high``): a table of flags over [0, high) where that
+    is at most ``DENSE_KEYS`` × the set's size (no sort; a round's (client, item) keys in a small catalogue),
+    the sorted keys and a binary search otherwise. Both give the same answers."""
+
+    def __init__(self, keys: torch.Tensor, high: int | None = None, is_sorted: bool = False):
+        self.flags: torch.Tensor | None = None
+        self.sorted: torch.Tensor | None = None
+        if high is not None and high <= DENSE_KEYS * max(keys.numel(), 1):
+            self.flags = torch.zeros(high, dtype=torch.bool, device=keys.device)
+            self.flags[keys] = True
+        else:
+            self.sorted = keys if is_sorted else torch.sort(keys).values
+
+    def __call__(self, keys: torch.Tensor) -> torch.Tensor:
+        """Elementwise: whether each of ``keys`` is in the set."""
+        if self.flags is not None:
+            return self.flags[keys]
+        return contains(cast(torch.Tensor, self.sorted), keys)
+
+
+DENSE_KEYS = 64  # key range / set size up to which a KeySet is a flag table (a byte per key against 8 and a sort)
+
+
 def _rejection(seed: int, user: torch.Tensor, position: torch.Tensor, owner: torch.Tensor,
-               sorted_keys: torch.Tensor, stride: int, n_items: int, max_rounds: int = 1000) -> torch.Tensor:
+               excluded: KeySet, stride: int, n_items: int, max_rounds: int = 1000) -> torch.Tensor:
     """One item per draw (``user``, ``position``) [N] whose key ``owner * stride + item`` is not in
-    ``sorted_keys``. Collisions are redrawn with the next attempt number; only they are re-checked."""
+    ``excluded``. Collisions are redrawn with the next attempt number; only they are re-checked."""
     attempt = torch.zeros_like(user)
     draws = hashrng.randint(seed, [user, position, attempt], n_items)
     todo = torch.arange(user.numel(), device=user.device)
     for step in range(1, max_rounds):
-        bad = todo[contains(sorted_keys, owner[todo] * stride + draws[todo])]
+        bad = todo[excluded(owner[todo] * stride + draws[todo])]
         if bad.numel() == 0:
             return draws
         draws[bad] = hashrng.randint(seed, [user[bad], position[bad], torch.full_like(bad, step)], n_items)
@@ -48,7 +72,15 @@ def sample_negatives(users: torch.Tensor, count: int, n_items: int, positive_key
     ids = (users if draw_ids is None else draw_ids).repeat_interleave(count)
     owner = users.repeat_interleave(count)
     position = torch.arange(count, device=users.device).repeat(users.numel())
-    return _rejection(seed, ids, position, owner, positive_keys, n_items, n_items).view(-1, count)
+    return _rejection(seed, ids, position, owner, KeySet(positive_keys, is_sorted=True), n_items,
+                      n_items).view(-1, count)
+
+
+def _positive_keys(pos: torch.Tensor, pos_mask: torch.Tensor, n_items: int, first: int = 0) -> torch.Tensor:
+    """pos [B, P] → the keys ``(first + b) * (n_items + 1) + item`` [B·P] of every client's positives, unsorted.
+    Padding becomes item id ``n_items``, which no draw takes."""
+    rows = torch.where(pos_mask, pos, torch.full_like(pos, n_items))  # [B, P]
+    return (rows + (first + torch.arange(pos.shape[0], device=pos.device).unsqueeze(1)) * (n_items + 1)).reshape(-1)
 
 
 def _batch_keys(pos: torch.Tensor, pos_mask: torch.Tensor, n_items: int) -> tuple[torch.Tensor, int]:
@@ -79,8 +111,7 @@ def sample_bucket_negatives(buckets: Sequence[tuple[torch.Tensor, torch.Tensor, 
     stride = n_items + 1
     keys, owners, positions, places, offset = [], [], [], [], 0
     for _, pos, pos_mask in buckets:
-        bucket_keys, _ = _batch_keys(pos, pos_mask, n_items)
-        keys.append(bucket_keys + offset * stride)  # still sorted: every key of this bucket is above the last's
+        keys.append(_positive_keys(pos, pos_mask, n_items, offset))
         client, column = pos_mask.nonzero(as_tuple=True)  # [N] the real positives
         owners.append(client.repeat_interleave(n_neg) + offset)
         positions.append((column.unsqueeze(1) * n_neg + torch.arange(n_neg, device=pos.device)).reshape(-1))
@@ -89,8 +120,9 @@ def sample_bucket_negatives(buckets: Sequence[tuple[torch.Tensor, torch.Tensor, 
     if not buckets:
         return []
     owner = torch.cat(owners)
+    excluded = KeySet(torch.cat(keys), offset * stride)
     drawn = _rejection(seed, torch.cat([users for users, _, _ in buckets])[owner], torch.cat(positions), owner,
-                       torch.cat(keys), stride, n_items)
+                       excluded, stride, n_items)
     out = []
     for (_, pos, _), (client, column), part in zip(buckets, places, torch.split(drawn, [o.numel() for o in owners])):
         negatives = torch.zeros(*pos.shape, n_neg, dtype=drawn.dtype, device=pos.device)  # [B, P, n_neg]
@@ -104,11 +136,11 @@ def sample_client_negatives(users: torch.Tensor, pos: torch.Tensor, pos_mask: to
     """pos [B, P] (a padded client batch) → [B, count] items per client that are not its positives,
     drawn with replacement; draw k of a user is keyed by (seed, user, k) alone, so the same seed
     gives a user the same items in every round (e.g. a simulated local negative store)."""
-    B = pos.shape[0]
-    keys, stride = _batch_keys(pos, pos_mask, n_items)
+    B, stride = pos.shape[0], n_items + 1
+    excluded = KeySet(_positive_keys(pos, pos_mask, n_items), B * stride)
     owner = torch.arange(B, device=pos.device).repeat_interleave(count)
     position = torch.arange(count, device=pos.device).repeat(B)
-    return _rejection(seed, users[owner], position, owner, keys, stride, n_items).view(B, count)
+    return _rejection(seed, users[owner], position, owner, excluded, stride, n_items).view(B, count)
 
 
 def sample_flat_negatives(users: torch.Tensor, owner: torch.Tensor, position: torch.Tensor, items: torch.Tensor,
@@ -116,10 +148,10 @@ def sample_flat_negatives(users: torch.Tensor, owner: torch.Tensor, position: to
     """Unpadded twin of ``sample_batch_negatives``: rows (owner [N] into ``users``, position [N],
     item [N]) → [N, n_neg] non-positives of each row's client. Same keys, so the same draws."""
     stride = n_items + 1
-    keys = torch.sort(owner * stride + items).values  # the clients' positives
+    excluded = KeySet(owner * stride + items, users.numel() * stride)  # the clients' positives
     row_owner = owner.repeat_interleave(n_neg)
     slot = (position.unsqueeze(1) * n_neg + torch.arange(n_neg, device=owner.device)).reshape(-1)
-    return _rejection(seed, users[row_owner], slot, row_owner, keys, stride, n_items).view(-1, n_neg)
+    return _rejection(seed, users[row_owner], slot, row_owner, excluded, stride, n_items).view(-1, n_neg)
 
 
 def sample_unrated(users: torch.Tensor, pos: torch.Tensor, pos_mask: torch.Tensor, counts: torch.Tensor,

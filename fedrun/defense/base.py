@@ -65,8 +65,8 @@ class LinearDefense(Defense):
         data_size = uploads.weight if uploads.weight is not None else torch.ones(uploads.n_clients)
         weight = self.linear_weights(data_size.to(uploads.row_delta))  # [B]
         row_weight = weight[uploads.row_client]  # [R]
-        items, total, item_weight = self.reducer.sum_by_key(
-            uploads.row_item, uploads.row_delta * row_weight.unsqueeze(1), row_weight)  # [G], [G, di], [G]
+        rows = uploads.row_delta if self.offers_exact_sum else uploads.row_delta * row_weight.unsqueeze(1)  # ×1: as is
+        items, total, item_weight = self.reducer.sum_by_key(uploads.row_item, rows, row_weight)  # [G], [G, di], [G]
         dense = self.reducer.sum_dense(uploads.dense, weight)
         if self.normalized:
             total = total / item_weight.unsqueeze(1)

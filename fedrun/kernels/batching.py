@@ -43,12 +43,14 @@ def bucketize(sizes: torch.Tensor, n_buckets: int | str, max_slots: int, slots_p
 
 
 def padded_groups(order: torch.Tensor, sorted_sizes: torch.Tensor, padding: float) -> list[torch.Tensor]:
-    """``order`` [n] (clients by size), ``sorted_sizes`` [n] ascending → the fewest contiguous groups each holding
-    at most ``padding`` × its real slots once padded to its longest client.
+    """``order`` [n] (clients by size), ``sorted_sizes`` [n] ascending → contiguous groups each holding at most
+    ``padding`` × its real slots once padded to its longest client.
 
-    Greedy from the longest client down: each group takes every shorter client it can. That is the fewest groups,
-    since a group that fits still fits without its shortest client (removing a client below the group's mean
-    lowers count × longest / total). One vector test per group, none per client.
+    Greedy from the longest client down: each group takes every shorter client it can. Whether a group from client i
+    up fits is monotone in i (a group that fits still fits without its shortest client, which is below its mean), so
+    the group's first client is found by one vector test over the candidates, none per client. Not always the fewest
+    groups (a group that takes a client can leave the next unable to close), but never a group that could take the
+    next shorter client.
     """
     n = order.numel()
     sizes = sorted_sizes.to(torch.float64)

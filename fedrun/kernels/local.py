@@ -102,9 +102,24 @@ def problem_loss(backbone: Backbone, problem: LocalProblem, user: torch.Tensor, 
 @dataclass(frozen=True)
 class LocalResult:
     user: torch.Tensor  # [B, du] the clients' new private rows
-    item_delta: torch.Tensor  # [B, Lu, di] change of each local item row
+    item: torch.Tensor  # [B, Lu, di] each client's local item rows after training
+    item0: torch.Tensor  # [B, Lu, di] ... and before
+    item_mask: torch.Tensor  # [B, Lu] which local rows are real
     net_delta: dict[str, torch.Tensor]  # name → [B, *shape]
     loss: torch.Tensor  # [B] each client's loss at its first local step
+
+    @property
+    def item_delta(self) -> torch.Tensor:
+        """[B, Lu, di] change of each local item row (0 where padded)."""
+        return (self.item - self.item0) * self.item_mask.unsqueeze(-1)
+
+    def row_delta(self, client: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+        """[R, di] the change of the real local rows (``client``, ``slot``) [R]: ``item_delta``'s entries there, with
+        no pass over the padding."""
+        B, Lu, di = self.item.shape
+        rows = client * Lu + slot  # [R] into the flattened tables (a row gather, not a 2-D advanced index)
+        after, before = self.item.reshape(B * Lu, di), self.item0.reshape(B * Lu, di)
+        return after.index_select(0, rows) - before.index_select(0, rows)
 
 
 LossFn = Callable[[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]], torch.Tensor]
@@ -135,6 +150,6 @@ def train_local(backbone: Backbone, problem: LocalProblem, user0: torch.Tensor, 
         opt.step()
         first_loss = losses.detach() if first_loss is None else first_loss
     with torch.no_grad():
-        item_delta = (item - item0) * problem.item_mask.unsqueeze(-1)
         net_delta = {k: v - net0[k].unsqueeze(0) for k, v in net.items()}
-    return LocalResult(user.detach(), item_delta, net_delta, cast(torch.Tensor, first_loss))  # (≥ 1 step: set)
+    return LocalResult(user.detach(), item.detach(), item0.detach(), problem.item_mask, net_delta,
+                       cast(torch.Tensor, first_loss))  # (≥ 1 step: set)

@@ -49,7 +49,7 @@ def sum_by_key(keys: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor) ->
         summed = torch.zeros(high, rows.shape[1], dtype=rows.dtype, device=rows.device).index_add_(0, keys, rows)
         total = torch.zeros(high, dtype=weights.dtype, device=weights.device).index_add_(0, keys, weights)
         distinct = torch.bincount(keys, minlength=high).nonzero().squeeze(1)  # [G] sorted
-        return distinct, summed[distinct], total[distinct]
+        return distinct, summed.index_select(0, distinct), total.index_select(0, distinct)
     distinct, inverse = torch.unique(keys, return_inverse=True)
     summed = torch.zeros(distinct.numel(), rows.shape[1], dtype=rows.dtype, device=rows.device)
     summed.index_add_(0, inverse, rows)

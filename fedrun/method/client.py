@@ -153,7 +153,7 @@ class Client:
                              self.client_optimizer(problem), self.env.sim.local_epochs, loss_fn)
         kept = self.keep_local(problem, item0, result)
         client, slot = problem.item_mask.nonzero(as_tuple=True)  # [R], [R]
-        uploads = Uploads(users.numel(), client, problem.items[client, slot], result.item_delta[client, slot],
+        uploads = Uploads(users.numel(), client, problem.items[client, slot], result.row_delta(client, slot),
                           result.net_delta, problem.weight)
         return ClientResult(uploads, result.user, result.loss, kept=kept)
 
@@ -172,7 +172,7 @@ class Client:
     def download_rows(self, problem: LocalProblem) -> torch.Tensor:
         """The item rows [B, Lu, di] the bucket's clients start local training from: the public model's
         (PerFedRec: its cluster's model)."""
-        return self.public.item[problem.items]
+        return self.public.item.index_select(0, problem.items.reshape(-1)).view(*problem.items.shape, -1)
 
     def keep_local(self, problem: LocalProblem, item0: torch.Tensor, result: LocalResult) -> Any:
         """After local training: what the clients keep of their local models (PerFedRec's local

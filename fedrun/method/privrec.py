@@ -136,7 +136,7 @@ class PrivRecClient(Client):
         users = problem.batch.users
         client, slot = problem.item_mask.nonzero(as_tuple=True)  # [R]
         user_delta = result.user - self.public.net[USER_INIT]  # [B, d]
-        uploads = Uploads(users.numel(), client, problem.items[client, slot], result.item_delta[client, slot],
+        uploads = Uploads(users.numel(), client, problem.items[client, slot], result.row_delta(client, slot),
                           {USER_INIT: user_delta}, problem.weight)
         clipped, norm = clip_clients(uploads, self.config.clip)
         return ClientResult(clipped, result.user, result.loss, {"update_norm": norm})
