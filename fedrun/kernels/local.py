@@ -122,6 +122,17 @@ class LocalResult:
         return after.index_select(0, rows) - before.index_select(0, rows)
 
 
+@torch.no_grad()
+def plain_sgd_step(groups: list[tuple[list[torch.Tensor], float]]) -> None:
+    """``torch.optim.SGD``'s step without momentum or weight decay (θ ← θ − lr·∇θ, the same ``add_``, so the same
+    bits), then the gradients cleared; with none of the optimizer object's per-bucket set-up."""
+    for params, lr in groups:
+        for param in params:
+            if param.grad is not None:
+                param.add_(param.grad, alpha=-lr)
+                param.grad = None
+
+
 LossFn = Callable[[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]], torch.Tensor]
 
 
@@ -141,13 +152,17 @@ def train_local(backbone: Backbone, problem: LocalProblem, user0: torch.Tensor, 
     user = user0.detach().clone().requires_grad_(True)
     item = item0.detach().clone().requires_grad_(True)
     net = {k: v.detach().unsqueeze(0).repeat(B, *([1] * v.dim())).requires_grad_(True) for k, v in net0.items()}
-    opt = optimizer.make([item, *net.values()], private=[user])
+    params = [item, *net.values()]
+    opt = None if optimizer.is_plain_sgd else optimizer.make(params, private=[user])
     first_loss = None
     for _ in range(steps):
-        opt.zero_grad(set_to_none=True)
         losses = loss_fn(user, item, net)  # [B]
         losses.sum().backward()
-        opt.step()
+        if opt is None:
+            plain_sgd_step([(params, optimizer.lr), ([user], optimizer.private_lr)])
+        else:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
         first_loss = losses.detach() if first_loss is None else first_loss
     with torch.no_grad():
         net_delta = {k: v - net0[k].unsqueeze(0) for k, v in net.items()}
