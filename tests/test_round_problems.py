@@ -1,6 +1,6 @@
 """A round's local problems built once for the round (issue #67): buckets sized by padding, the negatives of every
 bucket in one rejection pass, every client's table in one de-duplication — each the same as its per-bucket
-twin, and the process heap kept between rounds."""
+twin, the process heap kept between rounds, and plain SGD's step without the optimizer object."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from fedrun.data.negatives import sample_batch_negatives, sample_bucket_negative
 from fedrun.errors import ConfigError
 from fedrun.kernels.batching import bucketize, local_problem, local_problems, padded_groups
 from fedrun.kernels.config import SimConfig
+from fedrun.kernels.local import ClientOptimizer, plain_sgd_step
 from fedrun.types import ClientBatch
 
 
@@ -102,3 +103,26 @@ def test_the_heap_is_kept_unless_released():
                               env={**os.environ, "FEDRUN_HEAP": "release"}).stdout.split()
     glibc = sys.platform.startswith("linux")
     assert kept == [str(glibc)] * 2 and released == ["False"] * 2
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.floats(1e-3, 50.0), st.floats(1e-3, 50.0), st.integers(1, 3))
+def test_the_plain_sgd_step_is_torchs_sgd_bit_for_bit(seed, lr, user_lr, steps):
+    gen = torch.Generator().manual_seed(seed)
+    start = [torch.randn(5, 7, 3, generator=gen), torch.randn(5, 4, generator=gen)]
+    target = torch.randn(5, 7, 3, generator=gen)
+
+    def run(step_with_torch: bool) -> list[torch.Tensor]:
+        item, user = (t.clone().requires_grad_(True) for t in start)
+        opt = ClientOptimizer(lr=lr, user_lr=user_lr).make([item], private=[user]) if step_with_torch else None
+        for _ in range(steps):
+            ((item * user.unsqueeze(1)[..., :1] - target) ** 2).sum().backward()
+            if opt is None:
+                plain_sgd_step([([item], lr), ([user], user_lr)])
+            else:
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+        return [item.detach(), user.detach()]
+
+    for ours, torchs in zip(run(False), run(True)):
+        assert torch.equal(ours, torchs)
