@@ -20,7 +20,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import COMMON, MF, ML1M_8020, build_method, time_rounds  # noqa: E402
+from common import COMMON, MF, ML1M_8020, time_rounds  # noqa: E402
+
+from fedrun.app.compose import compose  # noqa: E402
+from fedrun.app.plan import build_run  # noqa: E402
 
 GENERAL = ["sim.fast_path=off"]
 FEATURES = {
@@ -41,7 +44,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     base = ML1M_8020 + COMMON + MF + ["sim.clients_per_round=256"]
-    trainers = {name: build_method(base + extra)[0] for name, extra in FEATURES.items()}
+    trainers = {name: build_run(compose(base + extra)).trainer for name, extra in FEATURES.items()}  # attacks set up
     for trainer in trainers.values():
         time_rounds(trainer, 2)
     times: dict[str, list[float]] = {name: [] for name in trainers}
