@@ -84,15 +84,19 @@ class NCF(Backbone):
     def score(self, user: torch.Tensor, item: torch.Tensor, net: dict[str, torch.Tensor]) -> torch.Tensor:
         g = self.gmf_dim
         head_w, head_b = net["head.weight"], net["head.bias"]  # [1, g + h_L] or [B, 1, g + h_L]
+        # one split, not two slices: a slice's backward fills a zero tensor of the whole input per slice (a fifth of
+        # a W1 round); the split's concatenates its parts' gradients, the same values
+        user_gmf, user_mlp = torch.split(user[:, None], [g, user.shape[-1] - g], -1)  # [B, 1, g], [B, 1, m]
+        item_gmf, item_mlp = torch.split(item, [g, item.shape[-1] - g], -1)  # [B, L, g], [B, L, m]
         parts = []
         if g:
-            parts.append(user[:, None, :g] * item[..., :g])  # [B, L, g]
+            parts.append(user_gmf * item_gmf)  # [B, L, g]
         if self.mlp_dim:
             if len(self.config.layers) == 1:
-                parts.append(torch.cat([user[:, None, g:].expand(-1, item.shape[1], -1), item[..., g:]], -1))
+                parts.append(torch.cat([user_mlp.expand(-1, item.shape[1], -1), item_mlp], -1))
             else:
                 w_user, w_item, bias = self._first_layer(net)
-                hidden = linear(user[:, None, g:], w_user, None) + linear(item[..., g:], w_item, bias)  # [B, L, h1]
+                hidden = linear(user_mlp, w_user, None) + linear(item_mlp, w_item, bias)  # [B, L, h1]
                 parts.append(self._tower(hidden, net))
         features = parts[0] if len(parts) == 1 else torch.cat(parts, -1)  # [B, L, g + h_L]
         return linear(features, head_w, head_b).squeeze(-1)  # [B, L]
