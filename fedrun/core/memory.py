@@ -4,9 +4,10 @@ A round allocates and frees the same large temporaries every time (a bucket's lo
 megabytes). glibc's malloc serves blocks above its mmap threshold (128 KiB, rising adaptively to at most
 32 MiB) with fresh ``mmap``s and returns the heap's free top to the OS past its trim threshold, so each
 round faults the same pages in again: on W0 that was a quarter of the general round and a fifth of the
-fast path (docs/benchmarks.md, "The general round at the fast path's heels"). ``keep_freed_memory`` raises both thresholds once per
-process (``mallopt``), so freed blocks are reused; peak memory is unchanged, the heap just does not shrink
-between rounds. Results do not depend on it (allocation never changes a value).
+fast path (docs/benchmarks.md, "The general round at the fast path's heels"). ``keep_freed_memory``
+raises both thresholds once per process (``mallopt``), so freed blocks are reused; peak memory is
+unchanged, the heap just does not shrink between rounds. Results do not depend on it (allocation never
+changes a value).
 
 ``FEDRUN_HEAP=release`` keeps glibc's own behaviour (e.g. many parallel jobs that each peak briefly).
 Elsewhere than glibc (macOS, musl) it does nothing.
