@@ -7,14 +7,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedrun.data.negatives import sample_batch_negatives, sample_bucket_negatives
+from fedrun.data.negatives import KeySet, sample_batch_negatives, sample_bucket_negatives
 from fedrun.errors import ConfigError
+from fedrun.kernels import rows as rows_module
 from fedrun.kernels.batching import bucketize, local_problem, local_problems, padded_groups
 from fedrun.kernels.config import SimConfig
 from fedrun.kernels.local import ClientOptimizer, plain_sgd_step
@@ -126,3 +128,37 @@ def test_the_plain_sgd_step_is_torchs_sgd_bit_for_bit(seed, lr, user_lr, steps):
 
     for ours, torchs in zip(run(False), run(True)):
         assert torch.equal(ours, torchs)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(1, 60), st.integers(1, 400))
+def test_a_flag_table_and_a_sorted_set_answer_alike(seed, count, high):
+    gen = torch.Generator().manual_seed(seed)
+    keys = torch.randint(0, high, (count,), generator=gen)
+    queries = torch.randint(0, high, (200,), generator=gen)
+    flags, sorted_set = KeySet(keys, high), KeySet(keys)  # the table where it is cheap; a sort always without high
+    assert (flags.flags is not None) == (high <= 64 * count) and sorted_set.sorted is not None
+    assert torch.equal(flags(queries), sorted_set(queries))
+    assert torch.equal(sorted_set(queries), torch.isin(queries, keys))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(1, 300), st.integers(1, 50))
+def test_per_key_sums_through_a_table_and_a_sort_are_the_same_bits(seed, count, high):
+    gen = torch.Generator().manual_seed(seed)
+    keys = torch.randint(0, high, (count,), generator=gen)
+    rows, weights = torch.randn(count, 5, generator=gen), torch.rand(count, generator=gen)
+    table = rows_module.sum_by_key(keys, rows, weights)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rows_module, "KEY_TABLE_RATIO", 0)  # always sort
+        sorted_ = rows_module.sum_by_key(keys, rows, weights)
+    for left, right in zip(table, sorted_):
+        assert torch.equal(left, right)
+
+
+def test_a_run_keeps_its_heap():
+    code = ("from tests.conftest import make_method; import fedrun.core.memory as memory; "
+            "assert not memory._done; make_method(['method=fedavg']); print(memory._done)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1]).stdout.split()  # tests.conftest importable
+    assert out[-1:] == [str(sys.platform.startswith("linux"))]

@@ -23,13 +23,13 @@ def contains(sorted_keys: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
 
 class KeySet:
     """Membership of int64 keys in a fixed set of keys in [0, ``high``): a table of flags over [0, high) where that
-    is at most ``DENSE_KEYS`` × the set's size (no sort; a round's (client, item) keys in a small catalogue),
+    is at most ``FLAG_TABLE_RATIO`` × the set's size (no sort; a round's (client, item) keys in a small catalogue),
     the sorted keys and a binary search otherwise. Both give the same answers."""
 
     def __init__(self, keys: torch.Tensor, high: int | None = None, is_sorted: bool = False):
         self.flags: torch.Tensor | None = None
         self.sorted: torch.Tensor | None = None
-        if high is not None and high <= DENSE_KEYS * max(keys.numel(), 1):
+        if high is not None and high <= FLAG_TABLE_RATIO * max(keys.numel(), 1):
             self.flags = torch.zeros(high, dtype=torch.bool, device=keys.device)
             self.flags[keys] = True
         else:
@@ -42,7 +42,7 @@ class KeySet:
         return contains(cast(torch.Tensor, self.sorted), keys)
 
 
-DENSE_KEYS = 64  # key range / set size up to which a KeySet is a flag table (a byte per key against 8 and a sort)
+FLAG_TABLE_RATIO = 64  # key range / set size up to which a KeySet is a flag table (a byte per key against 8 and a sort)
 
 
 def _rejection(seed: int, user: torch.Tensor, position: torch.Tensor, owner: torch.Tensor,
@@ -84,11 +84,8 @@ def _positive_keys(pos: torch.Tensor, pos_mask: torch.Tensor, n_items: int, firs
 
 
 def _batch_keys(pos: torch.Tensor, pos_mask: torch.Tensor, n_items: int) -> tuple[torch.Tensor, int]:
-    """pos [B, P] → the sorted keys ``b * stride + item`` of every client's positives, and the stride.
-    Padding becomes item id ``n_items``, which no draw takes."""
-    stride = n_items + 1
-    rows = torch.sort(torch.where(pos_mask, pos, torch.full_like(pos, n_items)), dim=1).values  # [B, P]
-    return (rows + torch.arange(pos.shape[0], device=pos.device).unsqueeze(1) * stride).reshape(-1), stride
+    """pos [B, P] → the sorted keys ``b * stride + item`` of every client's positives, and the stride."""
+    return torch.sort(_positive_keys(pos, pos_mask, n_items)).values, n_items + 1
 
 
 def sample_batch_negatives(users: torch.Tensor, pos: torch.Tensor, pos_mask: torch.Tensor, n_neg: int,

@@ -39,13 +39,13 @@ def sum_by_key(keys: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor) ->
     """keys [R] (≥ 0), rows [R, d], weights [R] → the distinct keys [G] (sorted), Σ rows per key [G, d]
     and Σ weights per key [G]: the per-item sums of every aggregation rule.
 
-    Where the keys are dense (the largest is below ``DENSE_KEYS`` × R: a round's items in a small catalogue) the sums
+    Where the keys are dense (the largest below ``KEY_TABLE_RATIO`` × R: a round's items, small catalogue) the sums
     go straight into a table indexed by key and the distinct keys are its occupied rows (no sort); otherwise the
     keys are sorted to their distinct values first. Either way each key's rows are added in their upload order, so
     both give the same bits.
     """
     high = int(keys.max()) + 1 if keys.numel() else 0
-    if high <= DENSE_KEYS * keys.numel():
+    if high <= KEY_TABLE_RATIO * keys.numel():
         summed = torch.zeros(high, rows.shape[1], dtype=rows.dtype, device=rows.device).index_add_(0, keys, rows)
         total = torch.zeros(high, dtype=weights.dtype, device=weights.device).index_add_(0, keys, weights)
         distinct = torch.bincount(keys, minlength=high).nonzero().squeeze(1)  # [G] sorted
@@ -57,7 +57,7 @@ def sum_by_key(keys: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor) ->
     return distinct, summed, total
 
 
-DENSE_KEYS = 2  # largest key / rows below which the per-key sums use a table indexed by key
+KEY_TABLE_RATIO = 2  # largest key / rows up to which the per-key sums use a table indexed by key
 
 
 class RowReducer:
