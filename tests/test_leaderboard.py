@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from fedrun.app.leaderboard import board, main, paper_of, render, with_leakage
+from fedrun.app.leaderboard import board, main, paper_of, render, with_leakage, with_searches
 from fedrun.core.paths import config_dir
 from tests.conftest import compose_cfg
 
@@ -107,3 +107,16 @@ def test_the_leakage_ledger_adds_what_the_server_guesses_of_each_methods_rated_s
     assert "rated set leaked" in text and "| 0.980, 0.90 / 0.062 [2] |" in text  # same epochs: no note
     assert re.search(r"\| fedcl \|.*\| \|$", text, re.MULTILINE)  # not audited: an empty cell
     assert "| 0.900, 0.90 / 0.062 [1, 1 of 20 epochs] |" in text
+
+
+def test_the_tuned_board_says_each_methods_search_or_that_it_runs_its_defaults():
+    """``--searches`` (fedrun.app.tuning's searches.csv): a searched method shows its trials and its best validation
+    beside the floor, and any parameter whose best lies at its space's edge; an unsearched one says so."""
+    table = board(pd.DataFrame(runs("pop", [.04]) + runs("fedavg", [.05, .07]) + runs("fedcl", [.08])))
+    searches = pd.DataFrame([{"method": "fedavg", "trials": 16, "failed": 2, "best_valid": .0644,
+                              "valid_floor": .0338, "at_edge": "method.optimizer.lr"}])
+    text = re.sub(" +", " ", render(with_searches(table, searches), "ml-100k"))
+    assert "search: trials, best valid NDCG@10 / valid floor" in text
+    assert "| 16 (2 failed): 0.0644 / 0.0338; at the edge: method.optimizer.lr |" in text
+    assert re.search(r"\| fedcl \|.*\| defaults \(no search\) \|$", text, re.MULTILINE)
+    assert re.search(r"\| pop \|.*\| — \|$", text, re.MULTILINE)

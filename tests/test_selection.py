@@ -138,3 +138,12 @@ def test_selection_needs_validations_and_a_known_monitor(overrides, field):
 def test_metric_names_are_the_names_evaluate_returns(overrides):
     built = experiment.build_run(compose_cfg(SMALL + overrides))
     assert sorted(built.evaluator.evaluate(built.method, "valid")) == sorted(built.evaluator.metric_names())
+
+
+def test_the_sweep_objective_is_validation_of_the_tested_model_never_the_test():
+    """What `fedrun -m` hands a sweeper (hydra/sweeper=optuna: +experiment=tune/<method>) to optimise."""
+    script = [0.1, 0.3, 0.2, 0.25, 0.29, 0.1]
+    assert loop(script, keep_best=True).objective == 0.3  # the best validation: its model is tested
+    assert loop(script).objective == 0.1  # without keep_best the last model is tested, and its validation counts
+    assert loop(script, eval_every=0).objective is None  # nothing validated: nothing to optimise (not the test)
+    assert loop([0.9, 0.8, 0.85], monitor="rmse", rating=True, keep_best=True).objective == 0.8

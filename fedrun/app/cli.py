@@ -64,7 +64,7 @@ def _app(cfg: DictConfig) -> float | None:
             record_failed_job(str(sweep), hydra_cfg.job.num, str(err))  # the sweep exits 1 at its end
             return None  # recorded as FAILED; the sweep continues with the next job
         sys.exit(2)
-    return next(iter(result.test.values()), None)
+    return result.objective  # a sweeper (hydra/sweeper=optuna) optimises validation, never the test
 
 
 def set_threads(threads: int | None, parallel_jobs: int | None) -> None:

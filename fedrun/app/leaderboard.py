@@ -11,6 +11,10 @@ against bytes up per client per round and against seconds per epoch); docs/leade
 honest-but-curious server guesses of its clients' items from the ids they upload (AUC, and the precision of the
 items uploaded in every round a client joined, beside the base rate of a random guess).
 
+``--searches``: the tuned board (``+experiment=leaderboard/tuned``, ``--experiment leaderboard-tuned``): each row
+gains its search (``searches.csv`` of ``python -m fedrun.app.tuning``: trials, best validation beside its floor) or
+says that it runs its defaults, no search having run.
+
 Bytes are the last round's (``bytes_*_per_client``, a per-round metric); seconds per epoch are the run's training
 seconds per round times its rounds per epoch, on the machine and load the run had (the ledger keeps both).
 """
@@ -112,6 +116,24 @@ def with_leakage(table: pd.DataFrame, audited: pd.DataFrame) -> pd.DataFrame:
     return table.join(leakage, on="method") if len(leakage) else table
 
 
+def with_searches(table: pd.DataFrame, searches: pd.DataFrame) -> pd.DataFrame:
+    """The board with each method's search (``fedrun.app.tuning``'s searches.csv): trials, failures, best validation
+    and its floor, and the parameters at the edge of their space."""
+    columns = {"trials": "search_trials", "failed": "search_failed", "best_valid": "search_best",
+               "valid_floor": "search_floor", "at_edge": "search_edge"}
+    found = searches.set_index("method")[list(columns)].rename(columns=columns)
+    return table.join(found, on="method")
+
+
+def search_cell(row) -> str:
+    """"16 (0 failed): .0644 / .0338, lr at the edge" — or "defaults (no search)"."""
+    trials = getattr(row, "search_trials", float("nan"))
+    if pd.isna(trials):
+        return "—" if row.method == "pop" else "defaults (no search)"
+    edge = f"; at the edge: {row.search_edge}" if isinstance(row.search_edge, str) and row.search_edge else ""
+    return f"{int(trials)} ({int(row.search_failed)} failed): {row.search_best:.4f} / {row.search_floor:.4f}{edge}"
+
+
 def leakage_cell(row) -> str:
     """"AUC .996, .90 / .062 [1]": AUC, intersect precision / base rate, audited seeds (and the epochs the audited
     runs trained when fewer than the board's); "" when not audited."""
@@ -126,7 +148,9 @@ def leakage_cell(row) -> str:
 def render(table: pd.DataFrame, dataset: str) -> str:
     header = ["#", "method", "paper's setting", "backbone", "LDP ε", "runs", "HR@10", "NDCG@10", "HR@20", "NDCG@20",
               "NDCG@10 / floor", "KB up / client / round", "KB down / client / round", "s / epoch"]
-    audited = "audit_auc" in table
+    audited, searched = "audit_auc" in table, "search_trials" in table
+    if searched:
+        header.append("search: trials, best valid NDCG@10 / valid floor")
     if audited:
         header.append("rated set leaked: AUC, precision / base rate [seeds]")
     rows = []
@@ -136,6 +160,8 @@ def render(table: pd.DataFrame, dataset: str) -> str:
         cells.append(f"{row.test_ndcg_at_10 / row.floor_ndcg_at_10:.2f}" if row.floor_ndcg_at_10 > 0 else "")
         cells += [f"{row.bytes_up_per_client / 1024:.1f}", f"{row.bytes_down_per_client / 1024:.1f}"]
         cells.append(f"{row.seconds_per_epoch:.2f}")
+        if searched:
+            cells.append(search_cell(row))
         if audited:
             cells.append(leakage_cell(row))
         rows.append(["" if c == "nan" else c for c in cells])
@@ -146,7 +172,7 @@ def render(table: pd.DataFrame, dataset: str) -> str:
             f"same split (`method=pop`, NDCG@10 / floor = 1){leaked}.\n\n" + markdown(header, rows) + "\n")
 
 
-def plot(table: pd.DataFrame, path: Path, dataset: str) -> None:
+def plot(table: pd.DataFrame, path: Path, dataset: str, title: str = "every method in its paper's setting") -> None:
     fig, axes = plt.subplots(1, 2, figsize=(13, 5.5), sharey=True)
     floor = table.loc[table["method"] == "pop", SORT_BY]
     for ax, cost, label in [(axes[0], "bytes_up_per_client", "KB up per client per round"),
@@ -164,7 +190,7 @@ def plot(table: pd.DataFrame, path: Path, dataset: str) -> None:
         ax.set_xlabel(label)
         ax.grid(alpha=.3)
     axes[0].set_ylabel("test NDCG@10")
-    fig.suptitle(f"fedrun leaderboard: every method in its paper's setting, {dataset}, leave-one-out, full ranking")
+    fig.suptitle(f"fedrun leaderboard: {title}, {dataset}, leave-one-out, full ranking")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -173,15 +199,19 @@ def plot(table: pd.DataFrame, path: Path, dataset: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     extra = argparse.ArgumentParser(add_help=False)
     extra.add_argument("--leakage", type=Path, default=None)
+    extra.add_argument("--searches", type=Path, default=None)
     known, rest = extra.parse_known_args(argv)
     frame, out = script_runs(__doc__.splitlines()[0], "leaderboard", Path("docs/leaderboard"), rest)
     dataset = ", ".join(sorted(set(frame["param:choices.dataset"].astype(str))))
     table = board(frame)
     if known.leakage is not None:
         table = with_leakage(table, ledger.read(known.leakage))
+    if known.searches is not None:
+        table = with_searches(table, pd.read_csv(known.searches))
     text = render(table, dataset)
     (out / "table.md").write_text(text)
-    plot(table, out / "leaderboard.png", dataset)
+    title = "each method at the best setting of its search" if known.searches else "every method in its paper's setting"
+    plot(table, out / "leaderboard.png", dataset, title)
     print(text)
     return 0
 

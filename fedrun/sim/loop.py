@@ -48,6 +48,9 @@ class RunResult:
     # the selection at the last step, and the tags learned at the test (``fedrun.collapsed``)
     final_metrics: dict[str, float] = field(default_factory=dict)
     final_tags: dict[str, str] = field(default_factory=dict)
+    # what a sweeper optimises (``fedrun.app.cli``): eval.monitor on the validation part for the tested model (the best
+    # validation under sim.keep_best), None where the run validated nothing — never a test metric
+    objective: float | None = None
 
 
 def log_final(tracker: Tracker, result: RunResult) -> None:
@@ -148,7 +151,8 @@ def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimC
              "eval_seconds": state.eval_seconds, "seconds_per_round": per_round,
              "seconds_per_epoch": per_round * per_epoch, **selection}
     tested_valid = state.best_valid_metrics if sim.keep_best and state.best_state is not None else state.valid
-    return RunResult(test, tested_valid, rounds, state.train_seconds, state.eval_seconds, final, tags)
+    return RunResult(test, tested_valid, rounds, state.train_seconds, state.eval_seconds, final, tags,
+                     tested_valid.get(evaluator.monitor))
 
 
 def _track_best(state: RunnerState, method: Method, evaluator: Evaluator, keep_best: bool, rounds_done: int) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 
 from fedrun.store.liveness import PID, owner_of
+from tests.conftest import needs_data
 
 FEDRUN = shutil.which("fedrun") or str(Path(sys.executable).parent / "fedrun")
 REPORT = shutil.which("fedrun-report") or str(Path(sys.executable).parent / "fedrun-report")
@@ -138,3 +139,30 @@ def test_a_sweep_whose_tracking_server_is_down_says_so_and_its_folder_keeps_ever
     report = subprocess.run([REPORT, "--folder", str(folder)], capture_output=True, text=True, timeout=120)
     assert report.returncode == 0, report.stderr
     assert "2 jobs (2 failed)" in report.stdout and report.stdout.count("a tracking server that answers") == 2
+
+
+@needs_data
+def test_a_search_optimises_validation_and_its_summary_picks_the_best_trial(tmp_path):
+    """+experiment=tune/<method>: Optuna proposes the trials, each run hands it its validation objective, and
+    ``python -m fedrun.app.tuning`` names the trial with the best validation and the command that reruns it."""
+    import pandas as pd
+
+    from fedrun.app import tuning
+    from fedrun.store import metric_names
+
+    result = fedrun("-m", "+experiment=tune/fedavg", "hydra.sweeper.n_trials=3", "sim.epochs=2", "sim.progress=false")
+    assert result.returncode == 0, result.stderr
+    client = MlflowClient()
+    runs, (parent,) = jobs_and_parent(client, "tune-fedavg")
+    assert len(runs) == 3 and {r.info.status for r in runs} == {"FINISHED"}
+    assert len({r.data.params["method.optimizer.lr"] for r in runs}) == 3  # three proposals, not one run thrice
+    objective = {r.info.run_id: metric_names.run_metrics(r)["best_valid_ndcg_at_10"] for r in runs}
+    best = max(objective, key=objective.get)
+    assert f"Best value: {objective[best]}" in result.stdout + result.stderr  # what Optuna was told
+    assert tuning.main(["tune/fedavg", "--out", str(tmp_path)]) == 0
+    (row,) = pd.read_csv(tmp_path / "searches.csv").itertuples()
+    assert row.best_run == best and row.trials == 3 and row.best_valid == objective[best]
+    lr = next(r.data.params["method.optimizer.lr"] for r in runs if r.info.run_id == best)
+    assert f"method.optimizer.lr={lr}" in row.command and row.command.startswith(
+        "fedrun -m +experiment=leaderboard/tuned method=fedavg")
+    assert len(pd.read_csv(tmp_path / "tune-fedavg-runs.csv")) == 3

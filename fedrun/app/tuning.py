@@ -1,0 +1,185 @@
+"""The tuned leaderboard's searches, summarised: for each ``+experiment=tune/<method>`` preset, the trials its MLflow
+experiment holds, the best one by validation (the sweep's objective: ``best_valid_<monitor>``, the monitor at the
+epoch whose model is tested), its setting beside the method's defaults, and the command that runs that setting for
+the board's three seeds (``+experiment=leaderboard/tuned``).
+
+    python -m fedrun.app.tuning tune/fedavg tune/central [--uri URI] [--out docs/leaderboard/tuned]
+
+A search is one sweep: the latest sweep of its experiment in the store (an earlier one, say over an older space, is
+set aside), else the ledger an earlier session committed. Writes ``<out>/searches.md`` and ``<out>/searches.csv`` (one
+row per search) and each search's trials to ``<out>/<experiment>-runs.csv``. A best value at the edge of its space
+is flagged: the space should grow before the setting is trusted. Nothing here reads a test metric: the choice is
+validation's alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from omegaconf import OmegaConf
+
+from fedrun.app.compose import compose
+from fedrun.core.choices import option_file, options
+from fedrun.errors import ConfigError
+from fedrun.report import ledger
+from fedrun.report.table import markdown
+
+
+@dataclass(frozen=True)
+class Search:
+    """What a ``tune/<method>`` preset declares: its MLflow experiment, the method, the monitored metric, the
+    direction, the searched keys with their spaces and the method's defaults for them."""
+
+    preset: str
+    experiment: str
+    method: str
+    monitor: str
+    maximize: bool
+    space: dict[str, str]
+    defaults: dict[str, str]
+
+
+def read_search(preset: str) -> Search:
+    """The search ``+experiment=<preset>`` runs, from its file (the space) and its composed config (the rest)."""
+    if preset not in options("experiment") or not preset.startswith("tune/") or preset == "tune/common":
+        searches = [o for o in options("experiment") if o.startswith("tune/") and o != "tune/common"]
+        raise ConfigError("search", preset, f"a search preset: one of {', '.join(searches)}")
+    declared = OmegaConf.load(option_file("experiment", preset))
+    space = {str(k): str(v) for k, v in OmegaConf.select(declared, "hydra.sweeper.params", default={}).items()}
+    cfg = compose([f"+experiment={preset}"])
+    direction = str(OmegaConf.select(declared, "hydra.sweeper.direction", default="maximize"))
+    return Search(preset, str(cfg.experiment_name), str(cfg.choices.method), str(cfg.eval.monitor),
+                  direction != "minimize", space, {k: str(OmegaConf.select(cfg, k)) for k in space})
+
+
+def best_trial(search: Search, trials: pd.DataFrame) -> pd.Series | None:
+    """The finished trial with the best objective (``best_valid_<monitor>``), or None if none finished."""
+    objective = f"metric:best_valid_{search.monitor}"
+    done = trials[(trials["status"] == "FINISHED")] if len(trials) else trials
+    if objective not in done or done[objective].isna().all():
+        return None
+    scores = done[objective].astype(float)
+    return done.loc[scores.idxmax() if search.maximize else scores.idxmin()]
+
+
+def setting(search: Search, trial: pd.Series) -> dict[str, str]:
+    """The searched keys' values in ``trial``, as the run logged them (exact: the board reruns this setting)."""
+    return {key: str(trial[f"param:{key}"]) for key in search.space if f"param:{key}" in trial}
+
+
+def at_edge(space: str, value: str) -> bool:
+    """Whether ``value`` lies at the edge of ``space`` (Optuna's override syntax): within 5 % of an interval's width
+    from either end (of its logarithm's, for ``tag(log, ...)``), or a numeric choice's smallest or largest option."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra_plugins.hydra_optuna_sweeper._impl import create_optuna_distribution_from_override
+    from optuna.distributions import CategoricalDistribution, LogUniformDistribution
+
+    distribution = create_optuna_distribution_from_override(OverridesParser.create().parse_override(f"x={space}"))
+    try:
+        number = float(value)
+    except ValueError:
+        return False
+    if isinstance(distribution, CategoricalDistribution):
+        numbers = [c for c in distribution.choices if isinstance(c, (int, float)) and not isinstance(c, bool)]
+        return len(numbers) > 2 and number in (min(numbers), max(numbers))
+    low, high = float(distribution.low), float(distribution.high)
+    if isinstance(distribution, LogUniformDistribution):
+        low, high, number = math.log(low), math.log(high), math.log(number)
+    margin = 0.05 * (high - low)
+    return number <= low + margin or number >= high - margin
+
+
+def command(search: Search, values: dict[str, str]) -> str:
+    overrides = " ".join(f"{k}={v}" for k, v in values.items())
+    return f"fedrun -m +experiment=leaderboard/tuned method={search.method} {overrides}".strip()
+
+
+def summarise(search: Search, trials: pd.DataFrame) -> dict[str, object]:
+    """One row of the searches' table: trials run and failed, the best validation beside its floor, the setting."""
+    finished = int((trials["status"] == "FINISHED").sum()) if len(trials) else 0
+    failed = int((trials["status"] == "FAILED").sum()) if len(trials) else 0
+    row: dict[str, object] = {"method": search.method, "preset": search.preset, "experiment": search.experiment,
+                              "monitor": search.monitor, "trials": finished, "failed": failed,
+                              "space": "; ".join(f"{k}: {v}" for k, v in search.space.items()),
+                              "defaults": " ".join(f"{k}={v}" for k, v in search.defaults.items())}
+    best = best_trial(search, trials)
+    if best is None:
+        return {**row, "best_valid": math.nan, "valid_floor": math.nan, "best_run": "", "setting": "", "at_edge": "",
+                "command": ""}
+    values = setting(search, best)
+    floor = best.get(f"metric:floor_valid_{search.monitor}", math.nan)
+    edges = [k for k, v in values.items() if at_edge(search.space[k], v)]
+    return {**row, "best_valid": float(best[f"metric:best_valid_{search.monitor}"]), "valid_floor": float(floor),
+            "best_run": str(best["run_id"]), "setting": " ".join(f"{k}={v}" for k, v in values.items()),
+            "at_edge": " ".join(edges), "command": command(search, values)}
+
+
+def render(rows: pd.DataFrame) -> str:
+    header = ["method", "trials (failed)", "best valid", "valid floor", "best / floor", "best setting",
+              "at the edge of its space", "defaults", "space"]
+    cells = []
+    for row in rows.itertuples():
+        ratio = row.best_valid / row.valid_floor if row.valid_floor and not math.isnan(row.best_valid) else math.nan
+        cells.append([row.method, f"{row.trials} ({row.failed})", f"{row.best_valid:.4f}", f"{row.valid_floor:.4f}",
+                      f"{ratio:.2f}", f"`{row.setting}`" if row.setting else "", str(row.at_edge or ""),
+                      f"`{row.defaults}`",
+                      row.space.replace("|", "\\|")])
+    monitors = ", ".join(sorted(set(rows["monitor"])))
+    return (f"Each method's search: finished trials (failed), the best validation {monitors} of a trial (at the "
+            "epoch whose model it tests) beside the popularity floor on the same validation part, and that trial's "
+            "setting. Test metrics played no part.\n\n" + markdown(header, [["" if c == "nan" else c for c in r]
+                                                                              for r in cells]) + "\n")
+
+
+def latest_sweep(client, experiment: str) -> tuple[str, str] | None:
+    """(experiment id, run id of its latest sweep's parent run), or None if the store has no sweep of it."""
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return None
+    parents = client.search_runs([found.experiment_id], filter_string="tags.`fedrun.kind` = 'sweep'",
+                                 order_by=["attributes.start_time DESC"], max_results=1)
+    return (found.experiment_id, parents[0].info.run_id) if parents else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    from fedrun.app.report import collect
+    from fedrun.store.runs import default_uri, open_client
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("presets", nargs="+", help="search presets: tune/<method>")
+    parser.add_argument("--uri", default=None, help="tracking URI (default: $MLFLOW_TRACKING_URI or outputs/mlflow.db)")
+    parser.add_argument("--out", type=Path, default=Path("docs/leaderboard/tuned"))
+    args = parser.parse_args(argv)
+    try:
+        searches = [read_search(preset) for preset in args.presets]
+    except ConfigError as err:
+        parser.error(str(err))
+    client = open_client(args.uri or default_uri())
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for search in searches:
+        path = args.out / f"{search.experiment}-runs.csv"
+        sweep = latest_sweep(client, search.experiment)
+        if sweep is None:  # not in this store: the search an earlier session committed
+            trials = ledger.read(path)
+        else:
+            trials = collect(client, sweep[0], parent=sweep[1])
+            ledger.write(trials, path)
+        rows.append(summarise(search, trials))
+    table = pd.DataFrame(rows)
+    table.to_csv(args.out / "searches.csv", index=False)
+    text = render(table)
+    (args.out / "searches.md").write_text(text)
+    print(text)
+    for row in table.itertuples():
+        if row.command:
+            print(row.command)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

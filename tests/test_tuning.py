@@ -1,0 +1,102 @@
+"""The tuned leaderboard's searches (+experiment=tune/<method>): every preset declares a space Optuna can read over
+keys its method has, all share the board's protocol and one stopping rule, and fedrun/app/tuning.py picks each
+search's best trial by validation alone."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra_plugins.hydra_optuna_sweeper._impl import create_optuna_distribution_from_override
+from omegaconf import OmegaConf
+
+from fedrun.app.experiment import run
+from fedrun.app.tuning import Search, best_trial, read_search, summarise
+from fedrun.core.choices import options
+from fedrun.errors import ConfigError
+from tests.conftest import compose_cfg
+
+SEARCHES = [o for o in options("experiment") if o.startswith("tune/") and o != "tune/common"]
+MISSING = object()
+
+
+def test_there_are_searches():
+    assert {"tune/fedavg", "tune/central", "tune/fedcl", "tune/cl4fedrec", "tune/rcl4fedrec"} <= set(SEARCHES)
+
+
+@pytest.mark.parametrize("preset", SEARCHES)
+def test_each_search_is_over_keys_its_method_has_in_a_space_optuna_reads(preset):
+    search = read_search(preset)
+    cfg = compose_cfg([f"+experiment={preset}"])
+    assert f"tune/{cfg.choices.method}" == preset and search.experiment == f"tune-{search.method}"
+    assert search.space, "a search with nothing to search"
+    parser = OverridesParser.create()
+    for key, space in search.space.items():
+        assert OmegaConf.select(cfg, key, default=MISSING) is not MISSING, f"{preset}: {key} is not a config key"
+        override = parser.parse_override(f"{key}={space}")
+        assert override.is_sweep_override(), f"{preset}: {key}={space} searches nothing"
+        create_optuna_distribution_from_override(override)  # raises on a space Optuna cannot sample
+
+
+@pytest.mark.parametrize("preset", SEARCHES)
+def test_every_search_runs_the_boards_protocol_and_its_stopping_rule(preset):
+    cfg = compose_cfg([f"+experiment={preset}"])
+    board = compose_cfg(["+experiment=leaderboard/tuned", f"method={cfg.choices.method}"])
+    assert cfg.choices.dataset == "ml-100k" and cfg.dataset.split.protocol == "loo"
+    assert cfg.eval.kind == "ranking" and cfg.eval.monitor == "ndcg_at_10"
+    rule = ("epochs", "max_rounds", "eval_every", "patience", "keep_best")
+    assert {k: cfg.sim[k] for k in rule} == {k: board.sim[k] for k in rule} == {
+        "epochs": 40, "max_rounds": None, "eval_every": 1, "patience": 5, "keep_best": True}
+    assert OmegaConf.to_container(cfg.method) == OmegaConf.to_container(board.method)  # the defaults, before search
+
+
+def test_a_preset_that_is_no_search_is_refused_by_name():
+    for preset in ("leaderboard", "tune/common", "tune/nope"):
+        with pytest.raises(ConfigError, match="a search preset: one of .*tune/fedavg"):
+            read_search(preset)
+
+
+SEARCH = Search("tune/x", "tune-x", "x", "ndcg_at_10", True, {"method.optimizer.lr": "interval(0.1, 1)"},
+                {"method.optimizer.lr": "0.3"})
+
+
+def trials(rows):
+    return pd.DataFrame([{"run_id": f"r{i}", "status": status, "metric:best_valid_ndcg_at_10": valid,
+                          "metric:test_ndcg_at_10": test, "metric:floor_valid_ndcg_at_10": 0.05,
+                          "param:method.optimizer.lr": str(lr)} for i, (status, valid, test, lr) in enumerate(rows)])
+
+
+def test_the_best_trial_is_the_best_validation_of_a_finished_trial():
+    frame = trials([("FINISHED", 0.10, 0.30, 0.2), ("FINISHED", 0.12, 0.01, 0.5), ("FAILED", 0.50, 0.50, 0.9),
+                    ("FINISHED", math.nan, 0.9, 0.7)])
+    assert best_trial(SEARCH, frame)["run_id"] == "r1"  # not the best test (r0), not a failed trial (r2)
+    lower = Search(**{**SEARCH.__dict__, "maximize": False})
+    assert best_trial(lower, frame)["run_id"] == "r0"
+    row = summarise(SEARCH, frame)
+    assert (row["trials"], row["failed"], row["best_valid"], row["best_run"]) == (3, 1, 0.12, "r1")
+    assert row["setting"] == "method.optimizer.lr=0.5"
+    assert row["command"] == "fedrun -m +experiment=leaderboard/tuned method=x method.optimizer.lr=0.5"
+
+
+def test_a_search_without_a_finished_trial_has_no_best():
+    row = summarise(SEARCH, trials([("FAILED", math.nan, math.nan, 0.2)]))
+    assert math.isnan(row["best_valid"]) and row["command"] == "" and row["failed"] == 1
+    assert math.isnan(summarise(SEARCH, pd.DataFrame())["best_valid"])
+
+
+@pytest.mark.parametrize("preset", SEARCHES)
+def test_each_search_runs_one_round_on_small_data(preset):
+    tiny = ["dataset=synthetic", "dataset.n_users=60", "dataset.n_items=80", "dataset.mean_length=8",
+            "dataset.split.protocol=loo", "sim.max_rounds=1", "sim.clients_per_round=8", "sim.progress=false",
+            "track=none"]
+    cfg = compose_cfg([f"+experiment={preset}", *tiny])
+    if cfg.backbone.get("loss") == "mse":  # a rating model's search (LightFR's setting)
+        tiny.append("dataset.ratings=true")
+    for key, small in (("n_clusters", 4), ("hot_items", 10)):  # FedCL's clusters, rCL4FedRec's hot items: < 80 items
+        if key in cfg.method:
+            tiny.append(f"method.{key}={small}")
+    cfg = compose_cfg([f"+experiment={preset}", *tiny])
+    result = run(cfg)
+    assert result.rounds == 1 and result.test
