@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from fedrun.app.leaderboard import board, main, paper_of, render, with_leakage, with_searches
+from fedrun.app.leaderboard import BOARDS, board, main, paper_of, render, with_leakage, with_searches
 from fedrun.core.paths import config_dir
 from tests.conftest import compose_cfg
 
@@ -120,3 +120,19 @@ def test_the_tuned_board_says_each_methods_search_or_that_it_runs_its_defaults()
     assert "| 16 (2 failed): 0.0644 / 0.0338; at the edge: method.optimizer.lr |" in text
     assert re.search(r"\| fedcl \|.*\| defaults \(no search\) \|$", text, re.MULTILINE)
     assert re.search(r"\| pop \|.*\| — \|$", text, re.MULTILINE)
+
+
+def test_the_rating_board_ranks_by_rmse_lowest_first_beside_the_bias_floor(tmp_path):
+    rating = [{**run, "metric:test_rmse": rmse, "metric:test_mae": rmse * .8, "metric:floor_rmse": .96}
+              for run, rmse in zip(runs("fedrec", [0, 0]) + runs("central", [0]), [.95, .97, .91])]
+    table = board(pd.DataFrame(rating), BOARDS["rating"])
+    assert list(table["method"]) == ["central", "fedrec"] and table.loc[1, "test_rmse"] == pytest.approx(.96)
+    text = re.sub(" +", " ", render(table, "ml-100k", BOARDS["rating"]))
+    assert "ranked by RMSE" in text and "| RMSE | MAE | RMSE / floor |" in text
+    assert "| 0.9100 (n = 1) | 0.7280 (n = 1) | 0.95 |" in text  # central: .91 / .96
+    ledger = tmp_path / "runs.csv"
+    pd.DataFrame(rating).to_csv(ledger, index=False)
+    assert main(["--experiment", "nothing-here", "--ledger", str(ledger), "--out", str(tmp_path),
+                 "--board", "rating"]) == 0
+    assert "| central |" in (tmp_path / "table-rating.md").read_text()
+    assert (tmp_path / "leaderboard-rating.png").stat().st_size > 10_000

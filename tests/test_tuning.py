@@ -13,24 +13,27 @@ from hydra_plugins.hydra_optuna_sweeper._impl import create_optuna_distribution_
 from omegaconf import OmegaConf
 
 from fedrun.app.experiment import run
-from fedrun.app.tuning import Search, best_trial, read_search, summarise
-from fedrun.core.choices import options
+from fedrun.app.tuning import Search, best_trial, read_search, search_presets, summarise
 from fedrun.errors import ConfigError
 from tests.conftest import compose_cfg
 
-SEARCHES = [o for o in options("experiment") if o.startswith("tune/") and o != "tune/common"]
+SEARCHES = search_presets()
+RATING = [s for s in SEARCHES if s.startswith("tune/rating/")]
 MISSING = object()
 
 
 def test_there_are_searches():
     assert {"tune/fedavg", "tune/central", "tune/fedcl", "tune/cl4fedrec", "tune/rcl4fedrec"} <= set(SEARCHES)
+    assert {"tune/rating/fedrec", "tune/rating/fedrecpp", "tune/rating/central"} <= set(RATING)
+    assert not {"tune/common", "tune/budget", "tune/rating/common"} & set(SEARCHES)  # shared parts, no space
 
 
 @pytest.mark.parametrize("preset", SEARCHES)
 def test_each_search_is_over_keys_its_method_has_in_a_space_optuna_reads(preset):
     search = read_search(preset)
     cfg = compose_cfg([f"+experiment={preset}"])
-    assert f"tune/{cfg.choices.method}" == preset and search.experiment == f"tune-{search.method}"
+    assert preset.endswith(f"/{cfg.choices.method}") and search.experiment == "tune-" + preset[5:].replace("/", "-")
+    assert search.maximize == (preset not in RATING)
     assert search.space, "a search with nothing to search"
     parser = OverridesParser.create()
     for key, space in search.space.items():
@@ -43,9 +46,17 @@ def test_each_search_is_over_keys_its_method_has_in_a_space_optuna_reads(preset)
 @pytest.mark.parametrize("preset", SEARCHES)
 def test_every_search_runs_the_boards_protocol_and_its_stopping_rule(preset):
     cfg = compose_cfg([f"+experiment={preset}"])
-    board = compose_cfg(["+experiment=leaderboard/tuned", f"method={cfg.choices.method}"])
-    assert cfg.choices.dataset == "ml-100k" and cfg.dataset.split.protocol == "loo"
-    assert cfg.eval.kind == "ranking" and cfg.eval.monitor == "ndcg_at_10"
+    rating = preset in RATING
+    board = compose_cfg([f"+experiment=leaderboard/tuned{'_rating' if rating else ''}",
+                         f"method={cfg.choices.method}", f"backbone={cfg.choices.backbone}"])
+    assert cfg.choices.dataset == "ml-100k"
+    if rating:  # GroupLens' fold u1, a tenth of it for validation, errors of the predicted ratings
+        assert cfg.dataset.split.protocol == "predefined" and cfg.dataset.split.valid_ratio == 0.1
+        assert cfg.eval.kind == "rating" and cfg.eval.monitor == "rmse" and cfg.backbone.loss == "mse"
+    else:
+        assert cfg.dataset.split.protocol == "loo"
+        assert cfg.eval.kind == "ranking" and cfg.eval.monitor == "ndcg_at_10"
+    assert OmegaConf.to_container(cfg.dataset) == OmegaConf.to_container(board.dataset)
     rule = ("epochs", "max_rounds", "eval_every", "patience", "keep_best")
     assert {k: cfg.sim[k] for k in rule} == {k: board.sim[k] for k in rule} == {
         "epochs": 40, "max_rounds": None, "eval_every": 1, "patience": 5, "keep_best": True}
@@ -53,12 +64,12 @@ def test_every_search_runs_the_boards_protocol_and_its_stopping_rule(preset):
 
 
 def test_a_preset_that_is_no_search_is_refused_by_name():
-    for preset in ("leaderboard", "tune/common", "tune/nope"):
+    for preset in ("leaderboard", "tune/common", "tune/budget", "tune/rating/common", "tune/nope"):
         with pytest.raises(ConfigError, match="a search preset: one of .*tune/fedavg"):
             read_search(preset)
 
 
-SEARCH = Search("tune/x", "tune-x", "x", "ndcg_at_10", True, {"method.optimizer.lr": "interval(0.1, 1)"},
+SEARCH = Search("tune/x", "tune-x", "x", "mf", "ndcg_at_10", True, {"method.optimizer.lr": "interval(0.1, 1)"},
                 {"method.optimizer.lr": "0.3"})
 
 
@@ -77,7 +88,9 @@ def test_the_best_trial_is_the_best_validation_of_a_finished_trial():
     row = summarise(SEARCH, frame)
     assert (row["trials"], row["failed"], row["best_valid"], row["best_run"]) == (3, 1, 0.12, "r1")
     assert row["setting"] == "method.optimizer.lr=0.5"
-    assert row["command"] == "fedrun -m +experiment=leaderboard/tuned method=x method.optimizer.lr=0.5"
+    assert row["command"] == "fedrun -m +experiment=leaderboard/tuned method=x backbone=mf method.optimizer.lr=0.5"
+    rating = Search(**{**SEARCH.__dict__, "preset": "tune/rating/x"})
+    assert summarise(rating, frame)["command"].startswith("fedrun -m +experiment=leaderboard/tuned_rating method=x ")
 
 
 def test_a_search_without_a_finished_trial_has_no_best():
@@ -92,8 +105,8 @@ def test_each_search_runs_one_round_on_small_data(preset):
             "dataset.split.protocol=loo", "sim.max_rounds=1", "sim.clients_per_round=8", "sim.progress=false",
             "track=none"]
     cfg = compose_cfg([f"+experiment={preset}", *tiny])
-    if cfg.backbone.get("loss") == "mse":  # a rating model's search (LightFR's setting)
-        tiny.append("dataset.ratings=true")
+    if cfg.backbone.get("loss") == "mse":  # a rating model's search: ratings, the board's split on small data
+        tiny += ["dataset.ratings=true", "dataset.split.protocol=random_ratio", "dataset.split.valid_ratio=0.1"]
     for key, small in (("n_clusters", 4), ("hot_items", 10)):  # FedCL's clusters, rCL4FedRec's hot items: < 80 items
         if key in cfg.method:
             tiny.append(f"method.{key}={small}")

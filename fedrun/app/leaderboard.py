@@ -13,7 +13,9 @@ items uploaded in every round a client joined, beside the base rate of a random 
 
 ``--searches``: the tuned board (``+experiment=leaderboard/tuned``, ``--experiment leaderboard-tuned``): each row
 gains its search (``searches.csv`` of ``python -m fedrun.app.tuning``: trials, best validation beside its floor) or
-says that it runs its defaults, no search having run.
+says that it runs its defaults, no search having run. ``--board rating``: the rating board
+(``+experiment=leaderboard/tuned_rating``), RMSE and MAE beside the user + item bias floor, lower first →
+``table-rating.md`` and ``leaderboard-rating.png``.
 
 Bytes are the last round's (``bytes_*_per_client``, a per-round metric); seconds per epoch are the run's training
 seconds per round times its rounds per epoch, on the machine and load the run had (the ledger keeps both).
@@ -22,6 +24,7 @@ seconds per round times its rounds per epoch, on the machine and load the run ha
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -36,9 +39,35 @@ from fedrun.core.paths import config_dir
 from fedrun.report import ledger
 from fedrun.report.table import markdown, mean_std
 
-RANKING = ["test_hr_at_10", "test_ndcg_at_10", "test_hr_at_20", "test_ndcg_at_20"]
 COSTS = ["bytes_up_per_client", "bytes_down_per_client", "seconds_per_epoch"]
-SORT_BY = "test_ndcg_at_10"
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What a board ranks by: its test metrics (and how a reader names them), the one it sorts by, which way is
+    better, and the floor that metric is logged beside."""
+
+    metrics: tuple[str, ...]
+    labels: tuple[str, ...]
+    sort_by: str
+    lower_is_better: bool
+    floor_name: str
+
+    @property
+    def floor(self) -> str:
+        return "floor_" + self.sort_by.removeprefix("test_")
+
+    @property
+    def label(self) -> str:
+        return self.labels[self.metrics.index(self.sort_by)]
+
+
+RANKING_BOARD = Kind(("test_hr_at_10", "test_ndcg_at_10", "test_hr_at_20", "test_ndcg_at_20"),
+                     ("HR@10", "NDCG@10", "HR@20", "NDCG@20"), "test_ndcg_at_10", False,
+                     "popularity on the same split (`method=pop`, NDCG@10 / floor = 1)")
+RATING_BOARD = Kind(("test_rmse", "test_mae"), ("RMSE", "MAE"), "test_rmse", True,
+                    "the user + item bias baseline on the same split (RMSE / floor under 1: better than it)")
+BOARDS = {"ranking": RANKING_BOARD, "rating": RATING_BOARD}
 LEAKAGE = ["audit_auc", "audit_intersect_precision", "audit_base_rate"]  # the rated-set attack (``audit=server``)
 
 
@@ -81,9 +110,9 @@ def current_setting(group: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return group[keep], group[~keep]
 
 
-def board(frame: pd.DataFrame) -> pd.DataFrame:
+def board(frame: pd.DataFrame, kind: Kind = RANKING_BOARD) -> pd.DataFrame:
     """Finished runs → one row per method at its current setting (``current_setting``): means and stds of the
-    ranking metrics, means of the costs."""
+    board's metrics, means of the costs."""
     done, _ = drop_reruns(frame)
     done = done[done["status"] == "FINISHED"]
     rows = []
@@ -94,14 +123,14 @@ def board(frame: pd.DataFrame) -> pd.DataFrame:
         row = {"method": method, "paper": paper_of(method), "runs": len(group),
                "backbone": group["param:choices.backbone"].astype(str).iloc[0], "epsilon": epsilon_of(group),
                "epochs": str(group.get("param:sim.epochs", pd.Series(["?"])).iloc[0])}
-        for name in RANKING + COSTS + ["floor_ndcg_at_10"]:
+        for name in [*kind.metrics, *COSTS, kind.floor]:
             values = group.get(f"metric:{name}", pd.Series(dtype=float)).dropna()
             row[name] = values.mean() if len(values) else float("nan")
             row[f"{name}_std"] = values.std(ddof=1) if len(values) > 1 else 0.0
         rows.append(row)
     table = pd.DataFrame(rows)
-    table.loc[table["method"] == "pop", "floor_ndcg_at_10"] = table.loc[table["method"] == "pop", SORT_BY]
-    return table.sort_values(SORT_BY, ascending=False, ignore_index=True)
+    table.loc[table["method"] == "pop", kind.floor] = table.loc[table["method"] == "pop", kind.sort_by]
+    return table.sort_values(kind.sort_by, ascending=kind.lower_is_better, ignore_index=True)
 
 
 def with_leakage(table: pd.DataFrame, audited: pd.DataFrame) -> pd.DataFrame:
@@ -126,7 +155,7 @@ def with_searches(table: pd.DataFrame, searches: pd.DataFrame) -> pd.DataFrame:
 
 
 def search_cell(row) -> str:
-    """"16 (0 failed): .0644 / .0338, lr at the edge" — or "defaults (no search)"."""
+    """"16 (0 failed): .0644 / .0338; at the edge: lr" — or "defaults (no search)"."""
     trials = getattr(row, "search_trials", float("nan"))
     if pd.isna(trials):
         return "—" if row.method == "pop" else "defaults (no search)"
@@ -145,19 +174,20 @@ def leakage_cell(row) -> str:
             f"[{int(row.audit_runs)}{shorter}]")
 
 
-def render(table: pd.DataFrame, dataset: str) -> str:
-    header = ["#", "method", "paper's setting", "backbone", "LDP ε", "runs", "HR@10", "NDCG@10", "HR@20", "NDCG@20",
-              "NDCG@10 / floor", "KB up / client / round", "KB down / client / round", "s / epoch"]
+def render(table: pd.DataFrame, dataset: str, kind: Kind = RANKING_BOARD) -> str:
+    header = ["#", "method", "paper's setting", "backbone", "LDP ε", "runs", *kind.labels, f"{kind.label} / floor",
+              "KB up / client / round", "KB down / client / round", "s / epoch"]
     audited, searched = "audit_auc" in table, "search_trials" in table
     if searched:
-        header.append("search: trials, best valid NDCG@10 / valid floor")
+        header.append(f"search: trials, best valid {kind.label} / valid floor")
     if audited:
         header.append("rated set leaked: AUC, precision / base rate [seeds]")
     rows = []
     for rank, row in enumerate(table.itertuples(), 1):
         cells = [str(rank), row.method, row.paper, row.backbone, row.epsilon, str(row.runs)]
-        cells += [mean_std(getattr(row, m), getattr(row, m + "_std"), row.runs) for m in RANKING]
-        cells.append(f"{row.test_ndcg_at_10 / row.floor_ndcg_at_10:.2f}" if row.floor_ndcg_at_10 > 0 else "")
+        cells += [mean_std(getattr(row, m), getattr(row, m + "_std"), row.runs) for m in kind.metrics]
+        floor = getattr(row, kind.floor)
+        cells.append(f"{getattr(row, kind.sort_by) / floor:.2f}" if floor > 0 else "")
         cells += [f"{row.bytes_up_per_client / 1024:.1f}", f"{row.bytes_down_per_client / 1024:.1f}"]
         cells.append(f"{row.seconds_per_epoch:.2f}")
         if searched:
@@ -168,29 +198,32 @@ def render(table: pd.DataFrame, dataset: str) -> str:
     leaked = ("; the last column is what an honest-but-curious server guesses of each client's items from the ids "
               "it uploads (`audit=server`, docs/privacy.md): the AUC of its guess, and the precision of the items a "
               "client uploaded in every round it joined beside the base rate of a random guess" if audited else "")
-    return (f"Test metrics on {dataset} (mean ± std over seeds), ranked by NDCG@10; the floor is popularity on the "
-            f"same split (`method=pop`, NDCG@10 / floor = 1){leaked}.\n\n" + markdown(header, rows) + "\n")
+    return (f"Test metrics on {dataset} (mean ± std over seeds), ranked by {kind.label}; the floor is "
+            f"{kind.floor_name}{leaked}.\n\n" + markdown(header, rows) + "\n")
 
 
-def plot(table: pd.DataFrame, path: Path, dataset: str, title: str = "every method in its paper's setting") -> None:
+def plot(table: pd.DataFrame, path: Path, dataset: str, title: str = "every method in its paper's setting",
+         kind: Kind = RANKING_BOARD) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(13, 5.5), sharey=True)
-    floor = table.loc[table["method"] == "pop", SORT_BY]
+    floor = table.loc[table["method"] == "pop", kind.sort_by] if not kind.lower_is_better else table[kind.floor]
     for ax, cost, label in [(axes[0], "bytes_up_per_client", "KB up per client per round"),
                             (axes[1], "seconds_per_epoch", "training seconds per epoch")]:
         shown = table[(table["method"] != "pop") & (table[cost] > 0)]
         scale = 1024 if cost.startswith("bytes") else 1
-        ax.errorbar(shown[cost] / scale, shown[SORT_BY], yerr=shown[f"{SORT_BY}_std"], fmt="o", capsize=3)
+        ax.errorbar(shown[cost] / scale, shown[kind.sort_by], yerr=shown[f"{kind.sort_by}_std"], fmt="o", capsize=3)
         for row in shown.itertuples():
-            ax.annotate(row.method, (getattr(row, cost) / scale, row.test_ndcg_at_10), fontsize=8,
+            ax.annotate(row.method, (getattr(row, cost) / scale, getattr(row, kind.sort_by)), fontsize=8,
                         xytext=(4, 3), textcoords="offset points")
-        if len(floor):
-            ax.axhline(float(floor.iloc[0]), ls="--", color="grey", label="popularity floor")
+        if len(floor.dropna()):
+            ax.axhline(float(floor.dropna().iloc[0]), ls="--", color="grey",
+                       label="popularity floor" if not kind.lower_is_better else "user + item bias floor")
             ax.legend(loc="lower right")
         ax.set_xscale("log")
         ax.set_xlabel(label)
         ax.grid(alpha=.3)
-    axes[0].set_ylabel("test NDCG@10")
-    fig.suptitle(f"fedrun leaderboard: {title}, {dataset}, leave-one-out, full ranking")
+    axes[0].set_ylabel(f"test {kind.label}")
+    protocol = "u1 fold, rating errors" if kind.lower_is_better else "leave-one-out, full ranking"
+    fig.suptitle(f"fedrun leaderboard: {title}, {dataset}, {protocol}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -200,18 +233,21 @@ def main(argv: list[str] | None = None) -> int:
     extra = argparse.ArgumentParser(add_help=False)
     extra.add_argument("--leakage", type=Path, default=None)
     extra.add_argument("--searches", type=Path, default=None)
+    extra.add_argument("--board", choices=sorted(BOARDS), default="ranking")
     known, rest = extra.parse_known_args(argv)
+    kind = BOARDS[known.board]
     frame, out = script_runs(__doc__.splitlines()[0], "leaderboard", Path("docs/leaderboard"), rest)
     dataset = ", ".join(sorted(set(frame["param:choices.dataset"].astype(str))))
-    table = board(frame)
+    table = board(frame, kind)
     if known.leakage is not None:
         table = with_leakage(table, ledger.read(known.leakage))
     if known.searches is not None:
         table = with_searches(table, pd.read_csv(known.searches))
-    text = render(table, dataset)
-    (out / "table.md").write_text(text)
+    text = render(table, dataset, kind)
+    name = "" if known.board == "ranking" else f"-{known.board}"
+    (out / f"table{name}.md").write_text(text)
     title = "each method at the best setting of its search" if known.searches else "every method in its paper's setting"
-    plot(table, out / "leaderboard.png", dataset, title)
+    plot(table, out / f"leaderboard{name}.png", dataset, title, kind)
     print(text)
     return 0
 

@@ -1,15 +1,15 @@
 """The tuned leaderboard's searches, summarised: for each ``+experiment=tune/<method>`` preset, the trials its MLflow
 experiment holds, the best one by validation (the sweep's objective: ``best_valid_<monitor>``, the monitor at the
 epoch whose model is tested), its setting beside the method's defaults, and the command that runs that setting for
-the board's three seeds (``+experiment=leaderboard/tuned``).
+the board's three seeds (``+experiment=leaderboard/tuned``, or ``leaderboard/tuned_rating`` for ``tune/rating/…``).
 
-    python -m fedrun.app.tuning tune/fedavg tune/central [--uri URI] [--out docs/leaderboard/tuned]
+    python -m fedrun.app.tuning tune/fedavg tune/rating/fedrec … [--uri URI] [--out docs/leaderboard/tuned]
 
 A search is one sweep: the latest sweep of its experiment in the store (an earlier one, say over an older space, is
 set aside), else the ledger an earlier session committed. Writes ``<out>/searches.md`` and ``<out>/searches.csv`` (one
-row per search) and each search's trials to ``<out>/<experiment>-runs.csv``. A best value at the edge of its space
-is flagged: the space should grow before the setting is trusted. Nothing here reads a test metric: the choice is
-validation's alone.
+row per search) and each search's trials to ``<out>/<experiment>-trials.csv`` (trials, not results: the below-floor
+list reads ``*-runs.csv`` only). A best value at the edge of its space is flagged: the space should grow before the
+setting is trusted. Nothing here reads a test metric: the choice is validation's alone.
 """
 
 from __future__ import annotations
@@ -31,28 +31,39 @@ from fedrun.report.table import markdown
 
 @dataclass(frozen=True)
 class Search:
-    """What a ``tune/<method>`` preset declares: its MLflow experiment, the method, the monitored metric, the
-    direction, the searched keys with their spaces and the method's defaults for them."""
+    """What a ``tune/<method>`` (or ``tune/rating/<method>``) preset declares: its MLflow experiment, the method, the
+    monitored metric, the direction, the searched keys with their spaces and the method's defaults for them."""
 
     preset: str
     experiment: str
     method: str
+    backbone: str
     monitor: str
     maximize: bool
     space: dict[str, str]
     defaults: dict[str, str]
 
 
+def declared_space(preset: str) -> dict[str, str]:
+    """The space an experiment preset declares for its sweeper (``hydra.sweeper.params``), read from its file."""
+    declared = OmegaConf.load(option_file("experiment", preset))
+    return {str(k): str(v) for k, v in (OmegaConf.select(declared, "hydra.sweeper.params") or {}).items()}
+
+
+def search_presets() -> list[str]:
+    """Every search: a preset under ``tune/`` that declares a space (``tune/common``, ``tune/budget`` … only share)."""
+    return [o for o in options("experiment") if o.startswith("tune/") and declared_space(o)]
+
+
 def read_search(preset: str) -> Search:
     """The search ``+experiment=<preset>`` runs, from its file (the space) and its composed config (the rest)."""
-    if preset not in options("experiment") or not preset.startswith("tune/") or preset == "tune/common":
-        searches = [o for o in options("experiment") if o.startswith("tune/") and o != "tune/common"]
-        raise ConfigError("search", preset, f"a search preset: one of {', '.join(searches)}")
-    declared = OmegaConf.load(option_file("experiment", preset))
-    space = {str(k): str(v) for k, v in OmegaConf.select(declared, "hydra.sweeper.params", default={}).items()}
-    cfg = compose([f"+experiment={preset}"])
-    direction = str(OmegaConf.select(declared, "hydra.sweeper.direction", default="maximize"))
-    return Search(preset, str(cfg.experiment_name), str(cfg.choices.method), str(cfg.eval.monitor),
+    if preset not in search_presets():
+        raise ConfigError("search", preset, f"a search preset: one of {', '.join(search_presets())}")
+    space = declared_space(preset)
+    cfg = compose([f"+experiment={preset}"], keep_hydra=True)
+    direction = str(cfg.hydra.sweeper.direction).rsplit(".", 1)[-1]  # "minimize", or the enum Direction.minimize
+    return Search(preset, str(cfg.experiment_name), str(cfg.choices.method), str(cfg.choices.backbone),
+                  str(cfg.eval.monitor),
                   direction != "minimize", space, {k: str(OmegaConf.select(cfg, k)) for k in space})
 
 
@@ -93,9 +104,15 @@ def at_edge(space: str, value: str) -> bool:
     return number <= low + margin or number >= high - margin
 
 
+def board_of(search: Search) -> str:
+    """The board a search's setting runs on: the rating board for ``tune/rating/…``, else the ranking board."""
+    return "leaderboard/tuned_rating" if search.preset.startswith("tune/rating/") else "leaderboard/tuned"
+
+
 def command(search: Search, values: dict[str, str]) -> str:
     overrides = " ".join(f"{k}={v}" for k, v in values.items())
-    return f"fedrun -m +experiment=leaderboard/tuned method={search.method} {overrides}".strip()
+    return (f"fedrun -m +experiment={board_of(search)} method={search.method} backbone={search.backbone} "
+            f"{overrides}").strip()
 
 
 def summarise(search: Search, trials: pd.DataFrame) -> dict[str, object]:
@@ -162,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for search in searches:
-        path = args.out / f"{search.experiment}-runs.csv"
+        path = args.out / f"{search.experiment}-trials.csv"
         sweep = latest_sweep(client, search.experiment)
         if sweep is None:  # not in this store: the search an earlier session committed
             trials = ledger.read(path)

@@ -165,4 +165,4 @@ def test_a_search_optimises_validation_and_its_summary_picks_the_best_trial(tmp_
     lr = next(r.data.params["method.optimizer.lr"] for r in runs if r.info.run_id == best)
     assert f"method.optimizer.lr={lr}" in row.command and row.command.startswith(
         "fedrun -m +experiment=leaderboard/tuned method=fedavg")
-    assert len(pd.read_csv(tmp_path / "tune-fedavg-runs.csv")) == 3
+    assert len(pd.read_csv(tmp_path / "tune-fedavg-trials.csv")) == 3
