@@ -147,3 +147,15 @@ def test_the_sweep_objective_is_validation_of_the_tested_model_never_the_test():
     assert loop(script).objective == 0.1  # without keep_best the last model is tested, and its validation counts
     assert loop(script, eval_every=0).objective is None  # nothing validated: nothing to optimise (not the test)
     assert loop([0.9, 0.8, 0.85], monitor="rmse", rating=True, keep_best=True).objective == 0.8
+
+
+def test_a_method_that_trains_nothing_runs_under_the_selection_rules():
+    """Popularity (0 rounds an epoch) under the tuned board's stopping rule: once a ZeroDivisionError traceback."""
+
+    class Untrained(Counter):
+        def rounds_per_epoch(self) -> int:
+            return 0
+
+    result = run_loop(CentralTraining(Untrained()), Scripted([0.1]), NoTracking(NoTrackingConfig()),
+                      SimConfig(epochs=40, progress=False, patience=5, keep_best=True), "test")
+    assert result.rounds == 0 and result.objective is None and result.final_metrics["rounds_trained"] == 0

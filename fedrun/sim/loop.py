@@ -174,6 +174,7 @@ def _patience_spent(state: RunnerState, sim: SimConfig) -> bool:
 def _select_tested_model(state: RunnerState, method: Method, evaluator: Evaluator, sim: SimConfig,
                          per_epoch: int) -> dict[str, float]:
     """Load the best validated model for sim.keep_best; say where training stopped and why."""
+    per_epoch = max(per_epoch, 1)  # a method that trains nothing (popularity: 0 rounds) is its own only model
     monitor, best_epoch = evaluator.monitor, state.best_round / per_epoch
     if _patience_spent(state, sim):
         log.info("Early stop after epoch %g: valid %s has not improved for %d validations (best %.4f at epoch %g).",
