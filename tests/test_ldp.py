@@ -162,3 +162,11 @@ def test_a_resumed_run_goes_on_spending_from_the_checkpoints_ledger(overrides, m
     round_of(resumed)  # the round registers its ledgers, as a run's plan builds it before loading a checkpoint
     resumed.load_state_dict(first.state_dict())
     assert round_of(resumed).train_round(1).extra[metric] == pytest.approx(expected)
+
+
+def test_the_linf_clip_measures_rows_as_vector_norm_does_to_the_bit():
+    """clip_rows's L∞ size is abs().amax(), vector_norm(ord=inf) the reference (50× slower on CPU): same bits."""
+    rows = torch.randn(500, 32, generator=torch.Generator().manual_seed(3)) * torch.logspace(-6, 2, 500)[:, None]
+    size = torch.linalg.vector_norm(rows, ord=float("inf"), dim=1, keepdim=True)
+    expected = rows * torch.clamp(0.05 / size.clamp_min(1e-30), max=1.0)
+    assert torch.equal(clip_rows(rows, "linf", 0.05), expected)

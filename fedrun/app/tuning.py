@@ -136,12 +136,13 @@ def summarise(search: Search, trials: pd.DataFrame) -> dict[str, object]:
 
 
 def render(rows: pd.DataFrame) -> str:
-    header = ["method", "trials (failed)", "best valid", "valid floor", "best / floor", "best setting",
+    header = ["search", "trials (failed)", "best valid", "valid floor", "best / floor", "best setting",
               "at the edge of its space", "defaults", "space"]
     cells = []
     for row in rows.itertuples():
         ratio = row.best_valid / row.valid_floor if row.valid_floor and not math.isnan(row.best_valid) else math.nan
-        cells.append([row.method, f"{row.trials} ({row.failed})", f"{row.best_valid:.4f}", f"{row.valid_floor:.4f}",
+        cells.append([row.preset.removeprefix("tune/"), f"{row.trials} ({row.failed})", f"{row.best_valid:.4f}",
+                      f"{row.valid_floor:.4f}",
                       f"{ratio:.2f}", f"`{row.setting}`" if row.setting else "", str(row.at_edge or ""),
                       f"`{row.defaults}`",
                       row.space.replace("|", "\\|")])

@@ -59,8 +59,10 @@ class LDPConfig:
 
 def clip_rows(vectors: torch.Tensor, norm: str, bound: float | torch.Tensor) -> torch.Tensor:
     """vectors [N, d] → each row scaled to ‖row‖_p ≤ bound (rows already inside are unchanged)."""
-    order = {"l1": 1.0, "l2": 2.0, "linf": math.inf}[norm]
-    size = torch.linalg.vector_norm(vectors, ord=order, dim=1, keepdim=True)  # [N, 1]
+    if norm == "linf":  # the same values as vector_norm's (a maximum rounds nothing), 50× faster on CPU
+        size = vectors.abs().amax(dim=1, keepdim=True)  # [N, 1]
+    else:  # L1 stays vector_norm's, though 15× slower than abs().sum(): the sum's order would move the rounding
+        size = torch.linalg.vector_norm(vectors, ord={"l1": 1.0, "l2": 2.0}[norm], dim=1, keepdim=True)  # [N, 1]
     return vectors * torch.clamp(bound / size.clamp_min(1e-30), max=1.0)
 
 
@@ -82,13 +84,15 @@ def noise_scale(config: LDPConfig, dim: int) -> float:
 def sample_noise(shape: torch.Size, mechanism: str, scale: float, generator: torch.Generator,
                  device: torch.device) -> torch.Tensor:
     if mechanism == "gaussian":
-        return torch.randn(shape, generator=generator, device=device) * scale
+        return torch.randn(shape, generator=generator, device=device).mul_(scale)
     # Laplace by inversion: u ~ U(-1/2, 1/2), x = -b · sign(u) · ln(1 - 2|u|). torch.rand is on [0, 1):
     # a draw of exactly 0 (2⁻²⁴ in float32: a few times per long FedCL run) would give u = -1/2 and
-    # x = -∞, so it becomes the smallest positive draw (every other draw unchanged)
-    draw = torch.rand(shape, generator=generator, device=device)
-    uniform = draw.clamp_min(torch.finfo(draw.dtype).eps / 2) - 0.5
-    return -scale * torch.sign(uniform) * torch.log1p(-2 * uniform.abs())
+    # x = -∞, so it becomes the smallest positive draw (every other draw unchanged). In place on the draw, one
+    # buffer besides the signs (item-row LDP perturbs every upload: 9 temporaries of its size were a third of the
+    # mechanism's time); the same bits, as sign(u) = ±1 makes each product exact but the last
+    uniform = torch.rand(shape, generator=generator, device=device).clamp_min_(torch.finfo().eps / 2).sub_(0.5)
+    sign = uniform.sign()
+    return uniform.abs_().mul_(-2).log1p_().mul_(sign).mul_(-scale)
 
 
 class LDP(Privacy):
@@ -106,7 +110,7 @@ class LDP(Privacy):
         """vectors [N, d], each a separate protected vector → clip(x, δ) + noise, [N, d]."""
         clipped = clip_rows(vectors, self.config.norm, self.config.clip)
         scale = noise_scale(self.config, vectors.shape[1])
-        return clipped + sample_noise(vectors.shape, self.config.mechanism, scale, generator, vectors.device)
+        return sample_noise(vectors.shape, self.config.mechanism, scale, generator, vectors.device).add_(clipped)
 
     def privatize_embeddings(self, vectors: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         return self.perturb(vectors, generator) if "user_embedding" in self.config.targets else vectors
