@@ -113,3 +113,23 @@ def test_each_search_runs_one_round_on_small_data(preset):
     cfg = compose_cfg([f"+experiment={preset}", *tiny])
     result = run(cfg)
     assert result.rounds == 1 and result.test
+
+
+def test_a_search_is_its_experiments_latest_finished_sweep():
+    """A sweep stopped midway (its parent KILLED) is no search's record: the one before it that finished is."""
+    from mlflow.tracking import MlflowClient
+
+    from fedrun.app.tuning import latest_sweep
+
+    client = MlflowClient()
+    assert latest_sweep(client, "tune-nothing") is None
+    experiment = client.create_experiment("tune-x")
+    sweeps = []
+    for start, status in ((1000, "FINISHED"), (2000, "KILLED")):
+        run = client.create_run(experiment, start_time=start, tags={"fedrun.kind": "sweep"})
+        client.set_terminated(run.info.run_id, status)
+        sweeps.append(run.info.run_id)
+    client.create_run(experiment, start_time=3000)  # a trial, no sweep
+    assert latest_sweep(client, "tune-x") == (experiment, sweeps[0])
+    client.set_terminated(sweeps[0], "FAILED")  # no finished sweep at all: the latest one
+    assert latest_sweep(client, "tune-x") == (experiment, sweeps[1])

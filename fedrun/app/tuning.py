@@ -154,13 +154,18 @@ def render(rows: pd.DataFrame) -> str:
 
 
 def latest_sweep(client, experiment: str) -> tuple[str, str] | None:
-    """(experiment id, run id of its latest sweep's parent run), or None if the store has no sweep of it."""
+    """(experiment id, run id of its latest finished sweep's parent run — a sweep stopped midway is no search's
+    record — else of its latest sweep), or None if the store has no sweep of it."""
     found = client.get_experiment_by_name(experiment)
     if found is None:
         return None
-    parents = client.search_runs([found.experiment_id], filter_string="tags.`fedrun.kind` = 'sweep'",
-                                 order_by=["attributes.start_time DESC"], max_results=1)
-    return (found.experiment_id, parents[0].info.run_id) if parents else None
+    sweeps = "tags.`fedrun.kind` = 'sweep'"
+    for where in (f"{sweeps} and attributes.status = 'FINISHED'", sweeps):
+        parents = client.search_runs([found.experiment_id], filter_string=where,
+                                     order_by=["attributes.start_time DESC"], max_results=1)
+        if parents:
+            return found.experiment_id, parents[0].info.run_id
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
