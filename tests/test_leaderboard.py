@@ -113,9 +113,9 @@ def test_the_tuned_board_says_each_methods_search_or_that_it_runs_its_defaults()
     """``--searches`` (fedrun.app.tuning's searches.csv): a searched method shows its trials and its best validation
     beside the floor, and any parameter whose best lies at its space's edge; an unsearched one says so."""
     table = board(pd.DataFrame(runs("pop", [.04]) + runs("fedavg", [.05, .07]) + runs("fedcl", [.08])))
-    searches = pd.DataFrame([{"method": "fedavg", "preset": "tune/fedavg", "trials": 16, "failed": 2,
+    searches = pd.DataFrame([{"method": "fedavg", "board": "ranking", "trials": 16, "failed": 2,
                               "best_valid": .0644, "valid_floor": .0338, "at_edge": "method.optimizer.lr"},
-                             {"method": "fedcl", "preset": "tune/rating/fedcl", "trials": 16, "failed": 0,
+                             {"method": "fedcl", "board": "rating", "trials": 16, "failed": 0,
                               "best_valid": .9, "valid_floor": .93, "at_edge": ""}])  # the rating board's
     text = re.sub(" +", " ", render(with_searches(table, searches), "ml-100k"))
     assert "search: trials, best valid NDCG@10 / valid floor" in text

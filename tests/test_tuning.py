@@ -13,7 +13,7 @@ from hydra_plugins.hydra_optuna_sweeper._impl import create_optuna_distribution_
 from omegaconf import OmegaConf
 
 from fedrun.app.experiment import run
-from fedrun.app.tuning import Search, best_trial, read_search, search_presets, summarise
+from fedrun.app.tuning import Search, at_edge, best_trial, read_search, search_presets, summarise
 from fedrun.errors import ConfigError
 from tests.conftest import compose_cfg
 
@@ -33,7 +33,7 @@ def test_each_search_is_over_keys_its_method_has_in_a_space_optuna_reads(preset)
     search = read_search(preset)
     cfg = compose_cfg([f"+experiment={preset}"])
     assert preset.endswith(f"/{cfg.choices.method}") and search.experiment == "tune-" + preset[5:].replace("/", "-")
-    assert search.maximize == (preset not in RATING)
+    assert search.maximize == (preset not in RATING) and search.board == ("rating" if preset in RATING else "ranking")
     assert search.space, "a search with nothing to search"
     parser = OverridesParser.create()
     for key, space in search.space.items():
@@ -69,8 +69,8 @@ def test_a_preset_that_is_no_search_is_refused_by_name():
             read_search(preset)
 
 
-SEARCH = Search("tune/x", "tune-x", "x", "mf", "ndcg_at_10", True, {"method.optimizer.lr": "interval(0.1, 1)"},
-                {"method.optimizer.lr": "0.3"})
+SEARCH = Search("tune/x", "tune-x", "x", "mf", "ranking", "ndcg_at_10", True,
+                {"method.optimizer.lr": "interval(0.1, 1)"}, {"method.optimizer.lr": "0.3"})
 
 
 def trials(rows):
@@ -89,7 +89,7 @@ def test_the_best_trial_is_the_best_validation_of_a_finished_trial():
     assert (row["trials"], row["failed"], row["best_valid"], row["best_run"]) == (3, 1, 0.12, "r1")
     assert row["setting"] == "method.optimizer.lr=0.5"
     assert row["command"] == "fedrun -m +experiment=leaderboard/tuned method=x backbone=mf method.optimizer.lr=0.5"
-    rating = Search(**{**SEARCH.__dict__, "preset": "tune/rating/x"})
+    rating = Search(**{**SEARCH.__dict__, "board": "rating"})
     assert summarise(rating, frame)["command"].startswith("fedrun -m +experiment=leaderboard/tuned_rating method=x ")
 
 
@@ -133,3 +133,14 @@ def test_a_search_is_its_experiments_latest_finished_sweep():
     assert latest_sweep(client, "tune-x") == (experiment, sweeps[0])
     client.set_terminated(sweeps[0], "FAILED")  # no finished sweep at all: the latest one
     assert latest_sweep(client, "tune-x") == (experiment, sweeps[1])
+
+
+def test_a_best_value_at_the_edge_of_its_space_is_flagged():
+    """Within 5 % of an interval's ends (of its logarithm's for tag(log, ...)), or a numeric choice's extreme: the
+    space should grow before that setting is trusted."""
+    assert at_edge("interval(0.5, 1.0)", "0.99") and at_edge("interval(0.5, 1.0)", "0.51")
+    assert not at_edge("interval(0.5, 1.0)", "0.9")
+    assert at_edge("tag(log, interval(0.001, 1.0))", "0.0012") and not at_edge("tag(log, interval(0.001, 1.0))", "0.02")
+    assert at_edge("choice(4, 8, 16)", "4") and at_edge("choice(4, 8, 16)", "16")
+    assert not at_edge("choice(4, 8, 16)", "8")
+    assert not at_edge("choice(0.1, 0.2)", "0.2")  # two options have no inside

@@ -145,14 +145,13 @@ def with_leakage(table: pd.DataFrame, audited: pd.DataFrame) -> pd.DataFrame:
     return table.join(leakage, on="method") if len(leakage) else table
 
 
-def with_searches(table: pd.DataFrame, searches: pd.DataFrame, kind: Kind = RANKING_BOARD) -> pd.DataFrame:
-    """The board with each method's search (``fedrun.app.tuning``'s searches.csv; the rating board's are
-    ``tune/rating/<method>``, the ranking board's the others): trials, failures, best validation and its floor, and
-    the parameters at the edge of their space."""
+def with_searches(table: pd.DataFrame, searches: pd.DataFrame, board: str = "ranking") -> pd.DataFrame:
+    """The board with each method's search on it (``fedrun.app.tuning``'s searches.csv, whose ``board`` column says
+    which board a search is judged on): trials, failures, best validation and its floor, and the parameters at the
+    edge of their space."""
     columns = {"trials": "search_trials", "failed": "search_failed", "best_valid": "search_best",
                "valid_floor": "search_floor", "at_edge": "search_edge"}
-    rating = searches["preset"].astype(str).str.startswith("tune/rating/")
-    mine = searches[rating if kind.lower_is_better else ~rating]
+    mine = searches[searches["board"] == board]
     found = mine.set_index("method")[list(columns)].rename(columns=columns)
     return table.join(found, on="method")
 
@@ -245,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     if known.leakage is not None:
         table = with_leakage(table, ledger.read(known.leakage))
     if known.searches is not None:
-        table = with_searches(table, pd.read_csv(known.searches), kind)
+        table = with_searches(table, pd.read_csv(known.searches), known.board)
     text = render(table, dataset, kind)
     name = "" if known.board == "ranking" else f"-{known.board}"
     (out / f"table{name}.md").write_text(text)

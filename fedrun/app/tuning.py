@@ -5,11 +5,12 @@ the board's three seeds (``+experiment=leaderboard/tuned``, or ``leaderboard/tun
 
     python -m fedrun.app.tuning tune/fedavg tune/rating/fedrec … [--uri URI] [--out docs/leaderboard/tuned]
 
-A search is one sweep: the latest sweep of its experiment in the store (an earlier one, say over an older space, is
-set aside), else the ledger an earlier session committed. Writes ``<out>/searches.md`` and ``<out>/searches.csv`` (one
-row per search) and each search's trials to ``<out>/<experiment>-trials.csv`` (trials, not results: the below-floor
-list reads ``*-runs.csv`` only). A best value at the edge of its space is flagged: the space should grow before the
-setting is trusted. Nothing here reads a test metric: the choice is validation's alone.
+A search is one sweep: the latest finished sweep of its experiment in the store (an earlier one, say over an older
+space, or one stopped midway, is set aside), else the ledger an earlier session committed. Writes
+``<out>/searches.md`` and ``<out>/searches.csv`` (one row per search) and each search's trials to
+``<out>/<experiment>-trials.csv`` (trials, not results: the below-floor list reads ``*-runs.csv`` only). A best
+value at the edge of its space is flagged: the space should grow before the setting is trusted. Nothing here reads
+a test metric: the choice is validation's alone.
 """
 
 from __future__ import annotations
@@ -32,12 +33,14 @@ from fedrun.report.table import markdown
 @dataclass(frozen=True)
 class Search:
     """What a ``tune/<method>`` (or ``tune/rating/<method>``) preset declares: its MLflow experiment, the method, the
-    monitored metric, the direction, the searched keys with their spaces and the method's defaults for them."""
+    board it is judged on (``ranking`` or ``rating``: its eval kind), the monitored metric, the direction, the
+    searched keys with their spaces and the method's defaults for them."""
 
     preset: str
     experiment: str
     method: str
     backbone: str
+    board: str
     monitor: str
     maximize: bool
     space: dict[str, str]
@@ -55,16 +58,20 @@ def search_presets() -> list[str]:
     return [o for o in options("experiment") if o.startswith("tune/") and declared_space(o)]
 
 
+BOARD_PRESETS = {"ranking": "leaderboard/tuned", "rating": "leaderboard/tuned_rating"}  # where a best setting runs
+
+
 def read_search(preset: str) -> Search:
     """The search ``+experiment=<preset>`` runs, from its file (the space) and its composed config (the rest)."""
-    if preset not in search_presets():
+    space = declared_space(preset) if preset.startswith("tune/") and preset in options("experiment") else {}
+    if not space:
         raise ConfigError("search", preset, f"a search preset: one of {', '.join(search_presets())}")
-    space = declared_space(preset)
     cfg = compose([f"+experiment={preset}"], keep_hydra=True)
     direction = str(cfg.hydra.sweeper.direction).rsplit(".", 1)[-1]  # "minimize", or the enum Direction.minimize
-    return Search(preset, str(cfg.experiment_name), str(cfg.choices.method), str(cfg.choices.backbone),
-                  str(cfg.eval.monitor),
-                  direction != "minimize", space, {k: str(OmegaConf.select(cfg, k)) for k in space})
+    board = "rating" if cfg.eval.kind == "rating" else "ranking"
+    return Search(preset, str(cfg.experiment_name), str(cfg.choices.method), str(cfg.choices.backbone), board,
+                  str(cfg.eval.monitor), direction != "minimize", space,
+                  {k: str(OmegaConf.select(cfg, k)) for k in space})
 
 
 def best_trial(search: Search, trials: pd.DataFrame) -> pd.Series | None:
@@ -104,14 +111,9 @@ def at_edge(space: str, value: str) -> bool:
     return number <= low + margin or number >= high - margin
 
 
-def board_of(search: Search) -> str:
-    """The board a search's setting runs on: the rating board for ``tune/rating/…``, else the ranking board."""
-    return "leaderboard/tuned_rating" if search.preset.startswith("tune/rating/") else "leaderboard/tuned"
-
-
 def command(search: Search, values: dict[str, str]) -> str:
     overrides = " ".join(f"{k}={v}" for k, v in values.items())
-    return (f"fedrun -m +experiment={board_of(search)} method={search.method} backbone={search.backbone} "
+    return (f"fedrun -m +experiment={BOARD_PRESETS[search.board]} method={search.method} backbone={search.backbone} "
             f"{overrides}").strip()
 
 
@@ -119,7 +121,8 @@ def summarise(search: Search, trials: pd.DataFrame) -> dict[str, object]:
     """One row of the searches' table: trials run and failed, the best validation beside its floor, the setting."""
     finished = int((trials["status"] == "FINISHED").sum()) if len(trials) else 0
     failed = int((trials["status"] == "FAILED").sum()) if len(trials) else 0
-    row: dict[str, object] = {"method": search.method, "preset": search.preset, "experiment": search.experiment,
+    row: dict[str, object] = {"method": search.method, "preset": search.preset, "board": search.board,
+                              "experiment": search.experiment,
                               "monitor": search.monitor, "trials": finished, "failed": failed,
                               "space": "; ".join(f"{k}: {v}" for k, v in search.space.items()),
                               "defaults": " ".join(f"{k}={v}" for k, v in search.defaults.items())}
@@ -148,9 +151,9 @@ def render(rows: pd.DataFrame) -> str:
                       row.space.replace("|", "\\|")])
     monitors = ", ".join(sorted(set(rows["monitor"])))
     return (f"Each method's search: finished trials (failed), the best validation {monitors} of a trial (at the "
-            "epoch whose model it tests) beside the popularity floor on the same validation part, and that trial's "
-            "setting. Test metrics played no part.\n\n" + markdown(header, [["" if c == "nan" else c for c in r]
-                                                                              for r in cells]) + "\n")
+            "epoch whose model it tests) beside its floor on the same validation part (popularity for ranking, the "
+            "user + item bias baseline for rating errors), and that trial's setting. Test metrics played no part.\n\n"
+            + markdown(header, [["" if c == "nan" else c for c in r] for r in cells]) + "\n")
 
 
 def latest_sweep(client, experiment: str) -> tuple[str, str] | None:
