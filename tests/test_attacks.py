@@ -13,9 +13,10 @@ from fedrun.app import experiment
 from fedrun.app.build import parse_config
 from fedrun.app.plan import plan
 from fedrun.attack._targets import choose_targets
-from fedrun.attack.a_hum import AHum, AHumConfig
-from fedrun.attack.a_ra import ARA, ARAConfig
-from fedrun.attack.base import AttackConfig, AttackSetup
+from fedrun.attack.a_hum import AHum
+from fedrun.attack.a_ra import ARA
+from fedrun.attack.base import AttackSetup
+from fedrun.attack.config import AHumConfig, ARAConfig, AttackConfig
 from fedrun.backbone.base import Backbone
 from fedrun.backbone.mf import MF
 from fedrun.backbone.ncf import NCF
@@ -360,7 +361,8 @@ def psmu_reference(attack, backbone, public, clients):
 
 
 def test_psmu_uploads_equal_a_per_client_reference_loop():
-    from fedrun.attack.psmu import PSMU, PSMUConfig
+    from fedrun.attack.config import PSMUConfig
+    from fedrun.attack.psmu import PSMU
 
     backbone, public = ncf_view()
     config = PSMUConfig(fraction=0.01, synthetic_users=3, profile_size=4, fit_steps=3, fit_lr=0.05, n_alternatives=3,
@@ -497,7 +499,7 @@ def test_the_regime_map_averages_each_cell_over_its_seeds():
 
 
 def test_a_synthetic_draw_that_is_not_one_is_refused_by_name():
-    from fedrun.attack.psmu import PSMUConfig
+    from fedrun.attack.config import PSMUConfig
 
     with pytest.raises(ConfigError, match="synthetic_draw='sometimes'.*per_upload, once"):
         ARAConfig(synthetic_draw="sometimes")

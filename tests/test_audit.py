@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fedrun.audit.config import ServerAuditConfig
 from fedrun.audit.rated_set import RatedSetInference
-from fedrun.audit.server import ServerAudit, ServerAuditConfig
+from fedrun.audit.server import ServerAudit
 from fedrun.audit.shared import SharedEmbeddingInference
 from fedrun.backbone.base import PublicParams
 from fedrun.data.client_store import ClientStore
@@ -160,7 +161,7 @@ def test_a_graph_methods_registration_reaches_the_auditor_and_a_refresh_replaces
 # -- attack 3: interaction inference from shared user vectors -------------------------------------------------------
 
 def shared_guess(vectors: torch.Tensor, items: torch.Tensor, k: int, truth: ClientStore) -> dict[str, float]:
-    from fedrun.backbone.base import BackboneConfig
+    from fedrun.backbone.config import BackboneConfig
     from fedrun.backbone.mf import MF
 
     inference = SharedEmbeddingInference(vectors.shape[0], items.shape[0], k, MF(BackboneConfig(dim=items.shape[1])),

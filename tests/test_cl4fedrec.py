@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from fedrun.errors import ConfigError
-from fedrun.kernels.local import ClientOptimizer
+from fedrun.kernels.config import ClientOptimizer
 from fedrun.method._contrastive import (
     draw_synthetic_items,
     info_nce,

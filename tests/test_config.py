@@ -254,7 +254,7 @@ def test_a_perfedrecpp_row_swaps_its_ldp_whole_from_the_command_line(row):
 
 
 def test_a_field_given_to_an_option_without_fields_says_it_takes_none():
-    from fedrun.privacy.none import NoPrivacyConfig
+    from fedrun.privacy.config import NoPrivacyConfig
     with pytest.raises(ConfigError, match="this option takes no fields") as info:
         parse_config(NoPrivacyConfig, {"scale": 0.1}, "privacy")
     assert info.value.field == "privacy.scale"
@@ -360,7 +360,7 @@ def test_a_top_level_key_nothing_reads_is_refused_before_any_data_is_read(key):
 
 
 def test_every_key_the_presets_set_is_known():
-    from fedrun.app.plan import known_top_level_keys
+    from fedrun.app.preflight import known_top_level_keys
 
     assert {"experiment_name", "paper", "matrix", "server_reduce", "figure", "row", "choices"} <= known_top_level_keys()
 

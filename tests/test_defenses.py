@@ -10,13 +10,21 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedrun.defense._rows import RobustConfig, order_statistics
-from fedrun.defense.hics import HiCS, HiCSConfig
-from fedrun.defense.krum import Krum, KrumConfig
+from fedrun.defense._rows import order_statistics
+from fedrun.defense.config import (
+    HiCSConfig,
+    KrumConfig,
+    MultiKrumConfig,
+    NormBoundConfig,
+    RobustConfig,
+    TrimmedMeanConfig,
+)
+from fedrun.defense.hics import HiCS
+from fedrun.defense.krum import Krum
 from fedrun.defense.median import Median, coordinate_median
-from fedrun.defense.multi_krum import MultiKrum, MultiKrumConfig
-from fedrun.defense.norm_bound import NormBound, NormBoundConfig
-from fedrun.defense.trimmed_mean import TrimmedMean, TrimmedMeanConfig
+from fedrun.defense.multi_krum import MultiKrum
+from fedrun.defense.norm_bound import NormBound
+from fedrun.defense.trimmed_mean import TrimmedMean
 from fedrun.errors import ConfigError
 from fedrun.types import Uploads
 from tests.conftest import make_method, round_of

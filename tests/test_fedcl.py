@@ -13,7 +13,8 @@ from sklearn.cluster import AgglomerativeClustering
 
 from fedrun.errors import ConfigError
 from fedrun.retrieval.cluster import cluster
-from fedrun.retrieval.hard_negatives import HardNegativeConfig, HardNegativeServer
+from fedrun.retrieval.config import HardNegativeConfig
+from fedrun.retrieval.hard_negatives import HardNegativeServer
 from fedrun.retrieval.search import faiss_available, top_k_inner_product, top_k_scores
 from fedrun.sim.loop import NumericalError
 from tests.conftest import make_method, round_of

@@ -11,7 +11,8 @@ import torch
 
 from fedrun.core.seeding import derive_seed
 from fedrun.data.negatives import sample_unrated
-from fedrun.defense.sum import Sum, SumConfig
+from fedrun.defense.config import SumConfig
+from fedrun.defense.sum import Sum
 from fedrun.errors import ConfigError
 from fedrun.method._channel import AnonymousChannel
 from fedrun.method.fedrecpp import denoised_mean

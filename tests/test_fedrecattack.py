@@ -13,7 +13,8 @@ from fedrun.app.build import parse_config
 from fedrun.app.plan import plan
 from fedrun.attack._known import sample_known
 from fedrun.attack.base import AttackSetup
-from fedrun.attack.fedrecattack import MASKED, FedRecAttack, FedRecAttackConfig
+from fedrun.attack.config import FedRecAttackConfig
+from fedrun.attack.fedrecattack import MASKED, FedRecAttack
 from fedrun.backbone.mf import MF
 from fedrun.data.interactions import Interactions
 from fedrun.errors import ConfigError

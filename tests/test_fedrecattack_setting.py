@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 
 from fedrun.backbone.losses import per_client_loss
-from fedrun.eval.sampled import Sampled, SampledConfig
+from fedrun.eval.config import SampledConfig
+from fedrun.eval.sampled import Sampled
 from tests.conftest import make_method, round_of
 
 MF = ["backbone=mf", "backbone.dim=4", "sim.fast_path=off"]

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from fedrun.errors import ConfigError
-from fedrun.privacy.ldp import LDP, LDPConfig, clip_rows, noise_scale, sample_noise
+from fedrun.privacy.config import LDPConfig
+from fedrun.privacy.ldp import LDP, clip_rows, noise_scale, sample_noise
 from fedrun.types import Uploads
 
 ORDERS = {"l1": 1.0, "l2": 2.0, "linf": math.inf}

@@ -11,9 +11,10 @@ import torch
 from fedrun.data.interactions import Interactions
 from fedrun.data.splits import Split
 from fedrun.errors import ConfigError
-from fedrun.eval.full import Full, FullConfig
+from fedrun.eval.config import FullConfig, SampledConfig
+from fedrun.eval.full import Full
 from fedrun.eval.metrics import MISS, pessimistic_ranks
-from fedrun.eval.sampled import Sampled, SampledConfig
+from fedrun.eval.sampled import Sampled
 
 
 class FixedScores:

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from fedrun.backbone import ncf
-from fedrun.backbone.ncf import NCF, NCFConfig
+from fedrun.backbone.config import NCFConfig
+from fedrun.backbone.ncf import NCF
 
 
 @pytest.mark.parametrize("variant", ["gmf", "mlp", "neumf"])

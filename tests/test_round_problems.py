@@ -18,8 +18,8 @@ from fedrun.data.negatives import KeySet, sample_batch_negatives, sample_bucket_
 from fedrun.errors import ConfigError
 from fedrun.kernels import rows as rows_module
 from fedrun.kernels.batching import bucketize, local_problem, local_problems, padded_groups
-from fedrun.kernels.config import SimConfig
-from fedrun.kernels.local import ClientOptimizer, plain_sgd_step
+from fedrun.kernels.config import ClientOptimizer, SimConfig
+from fedrun.kernels.local import plain_sgd_step
 from fedrun.types import ClientBatch
 
 

@@ -471,7 +471,7 @@ def test_an_interrupt_while_the_run_is_being_built_records_nothing_and_says_so(m
     from mlflow.tracking import MlflowClient
 
     from fedrun.app import cli
-    from fedrun.app.experiment import AbortedBeforeStart
+    from fedrun.sim.signals import AbortedBeforeStart
 
     def interrupted(cfg):
         raise KeyboardInterrupt
@@ -488,7 +488,7 @@ def test_an_interrupt_while_the_run_is_being_built_records_nothing_and_says_so(m
 
 
 def test_collapse_is_detected_on_tied_scores_only():
-    from fedrun.eval.base import EvalConfig
+    from fedrun.eval.config import EvalConfig
     from fedrun.eval.full import Full
 
     method, env = make_method(["backbone=ncf"])
@@ -530,8 +530,9 @@ def test_the_validation_curve_has_the_floor_of_the_validation_part(caplog):
     import json
     import logging
 
+    from fedrun.eval.config import FullConfig
     from fedrun.eval.floor import floor_metrics
-    from fedrun.eval.full import Full, FullConfig
+    from fedrun.eval.full import Full
 
     caplog.set_level(logging.INFO, logger="fedrun")
     run(["track=mlflow", "track.experiment=valid-floor", "sim.progress=false", "sim.max_rounds=8"])
@@ -561,8 +562,9 @@ def test_a_run_without_validation_has_no_validation_floor():
 
 
 def test_the_floor_is_computed_once_per_split_and_protocol(monkeypatch):
+    from fedrun.eval.config import FullConfig
     from fedrun.eval.floor import floor_metrics
-    from fedrun.eval.full import Full, FullConfig
+    from fedrun.eval.full import Full
     from fedrun.method.pop import Pop
 
     method, env = make_method([])

@@ -7,7 +7,8 @@ import torch
 
 from fedrun.app import experiment
 from fedrun.errors import ConfigError
-from fedrun.eval.base import EvalConfig, Evaluator
+from fedrun.eval.base import Evaluator
+from fedrun.eval.config import EvalConfig
 from fedrun.kernels.config import SimConfig
 from fedrun.method.base import Method, RoundStats
 from fedrun.sim.checkpoint import RunnerState, snapshot

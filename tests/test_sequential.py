@@ -9,9 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedrun.backbone.bert4rec import BERT4Rec, BERT4RecConfig
+from fedrun.backbone.bert4rec import BERT4Rec
+from fedrun.backbone.config import BERT4RecConfig, SequentialConfig
 from fedrun.backbone.gru4rec import GRU4Rec
-from fedrun.backbone.sequential import SequenceView, SequentialConfig, layer_norm
+from fedrun.backbone.sequential import SequenceView, layer_norm
 from fedrun.data.client_store import ClientStore, recent_history
 from fedrun.data.interactions import Interactions
 from fedrun.errors import ConfigError

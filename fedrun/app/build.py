@@ -1,6 +1,7 @@
 """Resolve each config group's `_target_`, validate its fields against the option's Config.
 
-Every option module defines a class with a nested ``Config`` dataclass. ``build`` merges
+Every option module defines a class whose ``Config`` is a dataclass (fedrun's own live in their group's torch-free
+``fedrun/<group>/config.py``, so ``fedrun.app.preflight`` can check them before torch loads). ``build`` merges
 the group's YAML node into that dataclass (unknown keys and wrong types fail here),
 instantiates it (``__post_init__`` checks values), then constructs the class. Every
 failure becomes a :class:`ConfigError` that names ``group.field``, the value and what is

@@ -14,13 +14,14 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from fedrun.app import preflight
 from fedrun.core import outdir
 from fedrun.core.choices import check_group_choices
 from fedrun.core.paths import config_dir
 from fedrun.core.plugins import search_path_override
 from fedrun.errors import ConfigError, FedrunError
 from fedrun.sim import launchers
-from fedrun.sim.loop import Interrupted
+from fedrun.sim.signals import AbortedBeforeStart, Interrupted
 from fedrun.sim.sweep import marker, record_failed_job, request_stop, stop_requested
 
 outdir.register()  # at import: a launcher's worker process unpickles the app from this module
@@ -28,8 +29,6 @@ launchers.register()
 
 
 def _app(cfg: DictConfig) -> float | None:
-    from fedrun.app import experiment
-
     global _task_started
     _task_started = True
     hydra_cfg = HydraConfig.get()
@@ -41,7 +40,10 @@ def _app(cfg: DictConfig) -> float | None:
               file=sys.stderr)
         return None
     try:
+        refuse_early(cfg, sweep, hydra_cfg.job.num if multirun else None)
         set_threads(cfg.sim.get("threads"), hydra_cfg.launcher.get("n_jobs") if multirun else None)
+        from fedrun.app import experiment
+
         result = experiment.run(cfg, sweep=sweep, job=hydra_cfg.job.num if multirun else None)
     except Interrupted as err:
         print(f"\nfedrun: {err}", file=sys.stderr)
@@ -51,7 +53,7 @@ def _app(cfg: DictConfig) -> float | None:
         for sig in (signal.SIGINT, signal.SIGTERM):  # stopped cleanly: a further signal must not cut the exit
             signal.signal(sig, signal.SIG_IGN)
         sys.exit(130 if err.signal_name == "SIGINT" else 143)
-    except experiment.AbortedBeforeStart:
+    except AbortedBeforeStart:
         print("\nfedrun: interrupted before the run started; nothing was recorded.", file=sys.stderr)
         sys.exit(130)
     except KeyboardInterrupt as err:
@@ -65,6 +67,19 @@ def _app(cfg: DictConfig) -> float | None:
             return None  # recorded as FAILED; the sweep continues with the next job
         sys.exit(2)
     return result.objective  # a sweeper (hydra/sweeper=optuna) optimises validation, never the test
+
+
+def refuse_early(cfg: DictConfig, sweep: str | None, job: int | None) -> None:
+    """A refused value is answered before torch loads (``fedrun.app.preflight``); a sweep's refused job is still
+    recorded FAILED with its reason, as every job that fails before it starts is (its report lists it)."""
+    try:
+        preflight.check_config(cfg)
+    except FedrunError as err:
+        if sweep is not None:
+            from fedrun.app.experiment import record_failure
+
+            record_failure(cfg, err, sweep, job)
+        raise
 
 
 def set_threads(threads: int | None, parallel_jobs: int | None) -> None:

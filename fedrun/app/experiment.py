@@ -17,7 +17,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from fedrun.app.build import build
-from fedrun.app.plan import GROUPS, PRESET_GROUPS, Built, build_run, clear_uploads
+from fedrun.app.plan import Built, build_run, clear_uploads
+from fedrun.app.preflight import GROUPS, PRESET_GROUPS
 from fedrun.core.choices import options
 from fedrun.core.interrupts import interrupts_ignored
 from fedrun.data.client_store import ClientStore
@@ -30,6 +31,7 @@ from fedrun.report.table import markdown, metrics_table
 from fedrun.sim import checkpoint
 from fedrun.sim.checkpoint import RunnerState
 from fedrun.sim.loop import Interrupted, RunResult, log_final, run_loop
+from fedrun.sim.signals import AbortedBeforeStart
 from fedrun.sim.sweep import OVERRIDES
 from fedrun.sim.sweep import marker as sweep_marker
 from fedrun.store.calls import TrackingError
@@ -75,10 +77,6 @@ def run_record(b: Built, sweep: str | None, job: int | None) -> tuple[dict[str, 
 RESUME_MAY_CHANGE = ("sim.resume", "sim.checkpoint_dir", "sim.checkpoint_every", "sim.progress", "sim.max_rounds",
                      "sim.epochs", "sim.eval_every", "eval.memory_mb", "track.")
 RESUME_CHANGES_RESULT = ("sim.max_rounds", "sim.epochs", "sim.eval_every")  # recorded params a resume may change
-
-
-class AbortedBeforeStart(KeyboardInterrupt):
-    """Ctrl-C while the data was loading or the method was being built: no run was recorded."""
 
 
 def run(cfg: DictConfig, *, sweep: str | None = None, job: int | None = None,

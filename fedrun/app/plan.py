@@ -4,24 +4,23 @@ set up (``build_run``). ``fedrun.app.experiment`` runs and records what this bui
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from fedrun.app.build import build, check_combination, parse_config, resolve_target
+from fedrun.app.preflight import GROUPS, check_top_level_keys
 from fedrun.app.validate import check_run, check_selection
 from fedrun.attack._known import sample_known
 from fedrun.attack._targets import choose_targets
-from fedrun.attack.base import Attack, AttackConfig, AttackSetup
+from fedrun.attack.base import Attack, AttackSetup
+from fedrun.attack.config import AttackConfig
 from fedrun.audit.base import Auditor
 from fedrun.backbone.base import Backbone
-from fedrun.core.paths import config_dir
 from fedrun.core.seeding import derive_seed
 from fedrun.data.splits import Split
 from fedrun.dataset.base import Dataset
@@ -41,8 +40,6 @@ from fedrun.track.base import Tracker
 
 log = logging.getLogger("fedrun")
 
-GROUPS = ("dataset", "backbone", "method", "privacy", "attack", "defense", "audit", "eval", "track")
-PRESET_GROUPS = ("experiment", "row")  # +experiment=<paper>/<table> and its rows (conf/row/<paper>/)
 
 
 @dataclass
@@ -65,31 +62,6 @@ class Plan:
     @property
     def choices(self) -> dict[str, str]:
         return {g: str(OmegaConf.select(self.cfg, f"choices.{g}", default="")) for g in GROUPS}
-
-
-@functools.cache
-def known_top_level_keys() -> frozenset[str]:
-    """The top-level keys fedrun reads: the groups, ``sim``, and every key ``conf/config.yaml`` or a global preset
-    (an experiment, a row, a setting) sets."""
-    import yaml
-
-    keys = {*GROUPS, "sim", "hydra"}
-    for path in Path(config_dir()).rglob("*.yaml"):
-        text = path.read_text()
-        if path.parent == Path(config_dir()) or "@package _global_" in text:
-            keys |= set(yaml.safe_load(text) or {})
-    return frozenset(keys - {"defaults"})
-
-
-def check_top_level_keys(cfg: DictConfig) -> None:
-    """A key no group, preset or setting defines (``+foo=bar``, a misspelt ``+experimnt_name=...``) is refused: it
-    would be recorded with the run and read by nothing."""
-    known = known_top_level_keys()
-    for key in map(str, cfg):
-        if key not in known:
-            raise ConfigError(key, OmegaConf.select(cfg, key), f"a key fedrun reads: a config group or one of "
-                              f"{', '.join(sorted(known - {*GROUPS, 'sim', 'hydra'}))} (`+{key}=...` adds a key "
-                              "nothing reads)")
 
 
 def plan(cfg: DictConfig) -> Plan:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedrun.attack.base import AttackConfig
+from fedrun.attack.config import AttackConfig
 from fedrun.core.seeding import generator
 from fedrun.data.splits import Split
 from fedrun.errors import check

@@ -14,26 +14,13 @@ per step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 
-from fedrun.attack.a_ra import ARA, ARAConfig
+from fedrun.attack.a_ra import ARA
+from fedrun.attack.config import AHumConfig
 from fedrun.backbone.base import PublicParams
-from fedrun.errors import check
 from fedrun.types import RoundContext
-
-
-@dataclass
-class AHumConfig(ARAConfig):
-    mining_steps: int = 30  # gradient steps that make each synthetic user dislike the targets
-    mining_lr: float | None = 0.001  # the code's model lr; null: the upload's lr
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check(self.mining_steps >= 0, "mining_steps", self.mining_steps, "an integer >= 0")
-        check(self.mining_lr is None or self.mining_lr > 0, "mining_lr", self.mining_lr, "a number > 0 or null")
 
 
 class AHum(ARA):

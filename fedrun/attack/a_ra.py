@@ -23,31 +23,14 @@ join a round with the benign clients' probability, ``every_round`` every server 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 
-from fedrun.attack.base import Attack, AttackConfig, AttackSetup
+from fedrun.attack.base import Attack, AttackSetup
+from fedrun.attack.config import ARAConfig
 from fedrun.backbone.base import PublicParams
 from fedrun.core.seeding import generator
-from fedrun.errors import check, check_choice, check_positive
 from fedrun.types import RoundContext, Uploads
-
-SYNTHETIC_DRAWS = ("per_upload", "once")
-
-
-@dataclass
-class ARAConfig(AttackConfig):
-    synthetic_users: int = 10  # s per malicious client
-    init_std: float = 0.01  # σ of the synthetic users' embeddings
-    synthetic_draw: str = "per_upload"  # per_upload (the code: fresh users for every upload) | once (kept)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check(self.synthetic_users >= 1, "synthetic_users", self.synthetic_users, "an integer >= 1")
-        check_positive("init_std", self.init_std)
-        check_choice("synthetic_draw", self.synthetic_draw, SYNTHETIC_DRAWS)
 
 
 class ARA(Attack):

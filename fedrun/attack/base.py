@@ -12,7 +12,7 @@ extra participants: they are not users of the split, so they never count in eval
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
 import torch
@@ -20,39 +20,10 @@ import torch
 from fedrun.attack._known import KnownInteractions
 from fedrun.backbone.base import Backbone, PublicParams
 from fedrun.core.seeding import generator
-from fedrun.errors import check, check_choice, check_seed
+from fedrun.errors import check
 from fedrun.types import ClientBatch, RoundContext, Uploads
 
 NEEDS = ("model_view", "client_step", "known_interactions", "fabricated_data")
-PARTICIPATION = ("per_epoch", "sampled", "every_round")  # how malicious clients join rounds (``Attack.joining``)
-
-
-@dataclass
-class AttackConfig:
-    fraction: float = 0.001  # malicious clients per benign user (A-hum code: int(n_users × fraction), ≥ 1)
-    targets: str = "least_popular"  # least_popular (over train + test) | random (target_seed) | explicit
-    n_targets: int = 1  # how many target items (least_popular, random)
-    target_ids: list[int] = field(default_factory=list)  # targets=explicit: the item ids
-    target_seed: int = 0  # targets=random: its own seed (not the data's, not the training's)
-    # per_epoch: each malicious client joins once per epoch, shuffled with the benign clients (the A-hum and
-    # FedRecAttack code) | sampled: each round with a benign client's odds | every_round: a stress setting, every
-    # malicious client at every server step (rounds-per-epoch times the reference code's pressure)
-    participation: str = "per_epoch"
-    lr: float | None = None  # step of a malicious upload (−lr × gradient); null: the method's client lr
-
-    def __post_init__(self) -> None:
-        check(0 < self.fraction < 1, "fraction", self.fraction, "a number in (0, 1) of malicious clients per user")
-        check_choice("targets", self.targets, ("least_popular", "random", "explicit"))
-        check(self.n_targets >= 1, "n_targets", self.n_targets, "an integer >= 1")
-        check_seed("target_seed", self.target_seed)
-        check(self.targets != "explicit" or len(self.target_ids) >= 1, "target_ids", self.target_ids,
-              "a non-empty list of item ids with targets=explicit")
-        check(self.targets == "explicit" or not self.target_ids, "target_ids", list(self.target_ids),
-              f"[] with targets={self.targets} (set targets=explicit to attack these items)")
-        check(len(set(self.target_ids)) == len(self.target_ids), "target_ids", list(self.target_ids),
-              "distinct item ids (a repeated target is counted twice in ER@K)")
-        check_choice("participation", self.participation, PARTICIPATION)
-        check(self.lr is None or self.lr > 0, "lr", self.lr, "a number > 0 or null")
 
 
 @dataclass(frozen=True)

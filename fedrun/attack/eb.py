@@ -5,17 +5,11 @@ client's) — what a fake account that interacts with the target alone uploads. 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from fedrun.attack._fabricated import FabricatedClients
-from fedrun.attack.base import AttackConfig, AttackSetup
-
-
-@dataclass
-class EBConfig(AttackConfig):
-    pass
+from fedrun.attack.base import AttackSetup
+from fedrun.attack.config import EBConfig
 
 
 class EB(FabricatedClients):

@@ -32,46 +32,18 @@ the last round left of G, as the code's shared gradient does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 
-from fedrun.attack.base import Attack, AttackConfig, AttackSetup
+from fedrun.attack.base import Attack, AttackSetup
+from fedrun.attack.config import FedRecAttackConfig
 from fedrun.backbone.base import PublicParams
 from fedrun.core.seeding import generator
-from fedrun.errors import ConfigError, check, check_positive, check_seed
+from fedrun.errors import ConfigError, check
 from fedrun.types import RoundContext, Uploads
 
 MASKED = -float(1 << 10)  # the code's score for excluded items
 CHANGE_EPS = 1e-4  # the code refits only when Σ|Δ item table| ≥ this
-
-
-@dataclass
-class FedRecAttackConfig(AttackConfig):
-    fraction: float = 0.05  # the code's clients_limit
-    targets: str = "random"  # the code: one random item
-    known_fraction: float = 0.01  # share of the training interactions the attacker knows (part_percent 1 %)
-    known_seed: int = 0  # draws the known interactions (fixed across training seeds, like the code's file)
-    items_limit: int = 60  # rows a malicious client uploads (targets + items drawn ∝ ‖G_i‖)
-    grad_limit: float = 1.0  # L2 bound of an uploaded row's gradient (the server's limit)
-    noise_var: float = 1e-7  # variance of the Gaussian noise on every uploaded row
-    attack_lr: float = 0.01  # Adam step of the approximated users
-    attack_batch_size: int = 256  # approximated users per Adam step
-    top_k: int = 10  # the list a target must enter
-    init_std: float = 0.01  # σ of the approximated users' initial embeddings
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check(0 < self.known_fraction <= 1, "known_fraction", self.known_fraction, "a share in (0, 1]")
-        check_seed("known_seed", self.known_seed)
-        check(self.items_limit >= 1, "items_limit", self.items_limit, "an integer >= 1")
-        check_positive("grad_limit", self.grad_limit)
-        check_positive("noise_var", self.noise_var, allow_zero=True)
-        check_positive("attack_lr", self.attack_lr)
-        check(self.attack_batch_size >= 1, "attack_batch_size", self.attack_batch_size, "an integer >= 1")
-        check(self.top_k >= 1, "top_k", self.top_k, "an integer >= 1")
-        check_positive("init_std", self.init_std)
 
 
 class FedRecAttack(Attack):

@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from fedrun.attack.base import Attack
+from fedrun.attack.config import NoAttackConfig
 from fedrun.backbone.base import PublicParams
 from fedrun.types import RoundContext, Uploads
-
-
-@dataclass
-class NoAttackConfig:
-    pass
 
 
 class NoAttack(Attack):

@@ -24,35 +24,16 @@ config field. Each malicious client holds s synthetic users (``synthetic_users``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 
-from fedrun.attack.a_ra import ARA, ARAConfig
+from fedrun.attack.a_ra import ARA
 from fedrun.attack.base import AttackSetup
+from fedrun.attack.config import PSMUConfig
 from fedrun.backbone.base import PublicParams
 from fedrun.core.seeding import generator
 from fedrun.errors import check
 from fedrun.types import RoundContext, Uploads
-
-
-@dataclass
-class PSMUConfig(ARAConfig):
-    profile_size: int = 30  # items in a synthetic user's random profile
-    fit_steps: int = 30  # gradient steps fitting the users to their profiles, each round
-    fit_lr: float | None = 0.001  # their step (null: the upload's lr)
-    n_alternatives: int = 10  # the target's competitors per synthetic user (its top-scored items)
-    synthetic_draw: str = "once"  # PSMU keeps its users and refits them each round to their profiles
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check(self.synthetic_draw == "once", "synthetic_draw", self.synthetic_draw,
-              "once: PSMU's users are drawn once and refitted to their profiles every round")
-        check(self.profile_size >= 1, "profile_size", self.profile_size, "an integer >= 1")
-        check(self.fit_steps >= 0, "fit_steps", self.fit_steps, "an integer >= 0")
-        check(self.fit_lr is None or self.fit_lr > 0, "fit_lr", self.fit_lr, "a number > 0 or null")
-        check(self.n_alternatives >= 1, "n_alternatives", self.n_alternatives, "an integer >= 1")
 
 
 class PSMU(ARA):

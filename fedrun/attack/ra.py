@@ -5,24 +5,14 @@ Shared mechanics: ``fedrun.attack._fabricated``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from fedrun.attack._fabricated import FabricatedClients
-from fedrun.attack.base import AttackConfig, AttackSetup
+from fedrun.attack.base import AttackSetup
+from fedrun.attack.config import RAConfig
 from fedrun.core import hashrng
 from fedrun.core.seeding import derive_seed
 from fedrun.errors import check
-
-
-@dataclass
-class RAConfig(AttackConfig):
-    items_limit: int = 30  # positives per malicious client: the targets and random fillers
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check(self.items_limit >= 1, "items_limit", self.items_limit, "an integer >= 1")
 
 
 class RA(FabricatedClients):

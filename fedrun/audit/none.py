@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from fedrun.audit.base import Auditor
-
-
-@dataclass
-class NoAuditConfig:
-    pass
+from fedrun.audit.config import NoAuditConfig
 
 
 class NoAudit(Auditor):

@@ -19,32 +19,18 @@ where it hides which items were rated (FedMF's FullText), the id guess is every 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 
 from fedrun.audit.base import Auditor, ServerView
+from fedrun.audit.config import ServerAuditConfig
 from fedrun.audit.membership import SignMembershipInference
 from fedrun.audit.rated_set import RatedSetInference
 from fedrun.audit.ratings import CodeRatingInference, MFRatingInference
 from fedrun.audit.shared import SharedEmbeddingInference
 from fedrun.backbone.base import Backbone
 from fedrun.data.client_store import ClientStore
-from fedrun.errors import check, check_choice
+from fedrun.errors import check
 from fedrun.types import EmbeddingUploads, RoundContext, Uploads
-
-ATTACKS = ("rated_set", "shared", "ratings", "membership")
-
-
-@dataclass
-class ServerAuditConfig:
-    attacks: list[str] = field(default_factory=lambda: list(ATTACKS))  # which of the attacks run
-    k: int = 20  # the shared-vector guess: the top K items
-
-    def __post_init__(self) -> None:
-        for name in self.attacks:
-            check_choice("audit.attacks", name, ATTACKS)
-        check(self.k >= 1, "audit.k", self.k, "an integer >= 1")
 
 
 class ServerAudit(Auditor):

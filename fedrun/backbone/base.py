@@ -13,9 +13,8 @@ from typing import ClassVar
 
 import torch
 
-from fedrun.errors import check, check_choice, check_positive
-
-LOSSES = ("bpr", "bce", "mse", "ce")
+from fedrun.backbone.config import LINEAR_INITS, BackboneConfig
+from fedrun.errors import check, check_choice
 
 
 @dataclass
@@ -34,20 +33,6 @@ class PublicParams:
 
     def clone(self) -> "PublicParams":
         return PublicParams(self.item.clone(), {k: v.clone() for k, v in self.net.items()})
-
-
-@dataclass
-class BackboneConfig:
-    dim: int = 32  # embedding size
-    loss: str = "bpr"  # bpr | bce | mse (explicit ratings) | ce (softmax; sequential backbones)
-    init_std: float = 0.1  # std of the normal initialisation of embeddings
-    l2: float = 0.0  # per-example L2 on the embeddings an example uses (PMF's λ, FedRec's α)
-
-    def __post_init__(self) -> None:
-        check(self.dim >= 1, "dim", self.dim, "an integer >= 1")
-        check_choice("loss", self.loss, LOSSES)
-        check_positive("init_std", self.init_std)
-        check_positive("l2", self.l2, allow_zero=True)
 
 
 class Backbone:
@@ -122,9 +107,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
         out = torch.bmm(x, weight.transpose(1, 2))  # [B, L, out]
         return out if bias is None else out + bias.unsqueeze(1)
     return torch.nn.functional.linear(x, weight, bias)
-
-
-LINEAR_INITS = ("glorot", "kaiming")
 
 
 def init_linear(n_out: int, n_in: int, generator: torch.Generator,

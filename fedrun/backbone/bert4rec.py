@@ -20,33 +20,15 @@ item only" training samples are not added.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 
 from fedrun.backbone.base import init_linear, linear
-from fedrun.backbone.sequential import SequenceView, SequentialBackbone, SequentialConfig, dropout, layer_norm
+from fedrun.backbone.config import BERT4RecConfig
+from fedrun.backbone.sequential import SequenceView, SequentialBackbone, dropout, layer_norm
 from fedrun.core import hashrng
-from fedrun.errors import check, check_fraction
 
 _UNIT = 1 << 24
-
-
-@dataclass
-class BERT4RecConfig(SequentialConfig):
-    max_len: int = 200  # N (§4.4: 200 for ML-1m, 50 for Beauty)
-    n_layers: int = 2  # L (§4.4)
-    n_heads: int = 2  # h (§4.4)
-    mask_prob: float = 0.2  # ρ (§4.7: 0.2 for ML-1m, 0.6 for Beauty)
-    dropout: float = 0.1  # §4.4
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check(self.n_layers >= 1, "n_layers", self.n_layers, "an integer >= 1")
-        check(self.n_heads >= 1 and self.dim % self.n_heads == 0, "n_heads", self.n_heads,
-              f"a divisor of dim ({self.dim})")
-        check_fraction("mask_prob", self.mask_prob, closed_low=False, closed_high=True)
 
 
 class BERT4Rec(SequentialBackbone):

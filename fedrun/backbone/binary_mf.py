@@ -11,23 +11,10 @@ gradients; ``init=random`` draws each bit as the sign of a standard normal.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from fedrun.backbone.base import Backbone, BackboneConfig, PrivateParams, PublicParams
-from fedrun.errors import check
-
-
-@dataclass
-class BinaryMFConfig(BackboneConfig):
-    dim: int = 64  # code length f in bits [LightFR §4.1.4]
-    loss: str = "mse"  # squared loss on min-max scaled ratings (Eq. 5)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check(self.dim % 8 == 0, "dim", self.dim, "a multiple of 8 (codes are packed into bytes)")
-        check(self.l2 == 0, "l2", self.l2, "0: ||B||² + ||D||² is constant for ±1 codes (LightFR §3.2)")
+from fedrun.backbone.base import Backbone, PrivateParams, PublicParams
+from fedrun.backbone.config import BinaryMFConfig
 
 
 class BinaryMF(Backbone):

@@ -26,7 +26,8 @@ import torch
 from torch.func import functional_call
 
 from fedrun.backbone.base import init_linear, linear
-from fedrun.backbone.sequential import SequenceView, SequentialBackbone, SequentialConfig, dropout
+from fedrun.backbone.config import SequentialConfig
+from fedrun.backbone.sequential import SequenceView, SequentialBackbone, dropout
 
 
 @functools.lru_cache(maxsize=None)

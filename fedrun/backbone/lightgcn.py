@@ -33,27 +33,9 @@ from typing import Callable
 
 import torch
 
-from fedrun.backbone.base import BackboneConfig
+from fedrun.backbone.config import LightGCNConfig
 from fedrun.backbone.mf import MF
 from fedrun.data.client_store import ClientStore
-from fedrun.errors import check
-
-MAX_LAYERS = 8  # twice the deepest LightGCN studies (its Table 2: 1-4 layers)
-
-
-@dataclass
-class LightGCNConfig(BackboneConfig):
-    dim: int = 64  # embedding size (PerFedRec++ §5.1.3: 64)
-    layers: int = 3  # K propagation layers (LightGCN's best on Gowalla)
-    l2: float = 5e-5  # on the layer-0 rows of each example (LightGCN decay 1e-4 on ½‖·‖²)
-    neighbors: int = 0  # ego graphs: users drawn per item of a client's graph (0: all of them)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check(0 <= self.layers <= MAX_LAYERS, "layers", self.layers,
-              f"an integer in [0, {MAX_LAYERS}]: LightGCN studies 1-4; a mean over many more layers is each "
-              "embedding averaged over its whole connected component (over-smoothing), no longer the model")
-        check(self.neighbors >= 0, "neighbors", self.neighbors, "an integer >= 0 (0: every neighbour)")
 
 
 class LightGCN(MF):

@@ -11,6 +11,7 @@ from typing import ClassVar
 import torch
 
 from fedrun.backbone.base import Backbone
+from fedrun.backbone.config import BackboneConfig
 
 
 class _InnerProducts(torch.autograd.Function):
@@ -36,6 +37,7 @@ class _InnerProducts(torch.autograd.Function):
 
 
 class MF(Backbone):
+    Config = BackboneConfig
     losses: ClassVar[tuple[str, ...]] = ("bpr", "bce")
     linear_in_user = True
 

@@ -12,29 +12,10 @@ full ranking compute the user half once per user instead of once per pair.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 
-from fedrun.backbone.base import LINEAR_INITS, Backbone, BackboneConfig, init_linear, linear
-from fedrun.errors import check, check_choice
-
-
-@dataclass
-class NCFConfig(BackboneConfig):
-    loss: str = "bce"
-    variant: str = "neumf"  # gmf | mlp | neumf
-    layers: list[int] = field(default_factory=lambda: [64, 32, 16])  # MLP tower; layers[0] = 2 × MLP embedding size
-    linear_init: str = "glorot"  # glorot | kaiming (the A-hum code's kaiming_uniform for ReLU)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_choice("variant", self.variant, ("gmf", "mlp", "neumf"))
-        check_choice("linear_init", self.linear_init, LINEAR_INITS)
-        check(len(self.layers) >= 1 and all(n >= 1 for n in self.layers), "layers", self.layers,
-              "a non-empty list of positive layer sizes")
-        check(self.layers[0] % 2 == 0, "layers", self.layers, "layers[0] even (it is 2 × the MLP embedding size)")
-
+from fedrun.backbone.base import Backbone, init_linear, linear
+from fedrun.backbone.config import NCFConfig
 
 # Pairs per tower block in full ranking: a block's intermediates ([pairs, h1] floats) fit a CPU's
 # L2/L3 cache (16k pairs × 64 × 4 B = 4 MB). On CUDA larger blocks amortise the kernel launches;

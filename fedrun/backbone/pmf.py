@@ -7,8 +7,10 @@ Private: U_u. Public: V_i.
 
 from __future__ import annotations
 
+from fedrun.backbone.config import BackboneConfig
 from fedrun.backbone.mf import MF
 
 
 class PMF(MF):
+    Config = BackboneConfig
     losses = ("mse",)

@@ -19,22 +19,10 @@ from typing import Sequence
 
 import torch
 
-from fedrun.backbone.base import Backbone, BackboneConfig
+from fedrun.backbone.base import Backbone
 from fedrun.backbone.mf import MF
 from fedrun.data.client_store import ClientStore, recent_history
-from fedrun.errors import check, check_fraction
-
-
-@dataclass
-class SequentialConfig(BackboneConfig):
-    loss: str = "ce"  # ce (softmax: full catalogue centrally, Eq. 1's sampled softmax federated) | bce | bpr
-    max_len: int = 50  # the most recent items a client's sequence keeps
-    dropout: float = 0.0  # dropout on embeddings and hidden states (training only)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check(self.max_len >= 2, "max_len", self.max_len, "an integer >= 2")
-        check_fraction("dropout", self.dropout, closed_low=True, closed_high=False)
+from fedrun.errors import check
 
 
 @dataclass(frozen=True)
@@ -109,7 +97,6 @@ def infer_users(backbone: SequentialBackbone, stores: Sequence[ClientStore], use
         items, mask = recent_history(list(stores), part, backbone.history_len)  # [u, L]
         out.append(backbone.infer(item[items], mask, net))
     return torch.cat(out) if out else item.new_zeros(0, item.shape[1])
-
 
 
 def user_queries(backbone: Backbone, user_table: torch.Tensor, stores: Sequence[ClientStore], users: torch.Tensor,

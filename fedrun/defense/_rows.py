@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from fedrun.defense.base import Defense
-from fedrun.errors import check_choice
+from fedrun.defense.config import RobustConfig
 from fedrun.types import Aggregate, RoundContext, Uploads
 
 
@@ -66,16 +66,6 @@ def order_statistics(values: torch.Tensor, ranks: tuple[int, ...]) -> torch.Tens
     for rank, above in zip(lower, [highest, *lower]):  # each in the prefix the previous one left: the smallest
         out[:, :above].partition(rank, axis=1)  # in place; one rank per call is twice as fast as several at once
     return torch.from_numpy(out)
-
-
-@dataclass
-class RobustConfig:
-    reduce: str = "mean"  # mean: the robust estimate | sum: estimate × uploaders (servers that sum)
-    scope: str = "all"  # all: item rows and shared weights | rows: item rows only, shared weights plainly
-
-    def __post_init__(self) -> None:
-        check_choice("reduce", self.reduce, ("mean", "sum"))
-        check_choice("scope", self.scope, ("all", "rows"))
 
 
 class RobustDefense(Defense):

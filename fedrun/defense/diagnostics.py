@@ -8,8 +8,9 @@ from __future__ import annotations
 import torch
 
 from fedrun.defense._rows import stack_rows
+from fedrun.defense.config import TrimmedMeanConfig
 from fedrun.defense.median import coordinate_median
-from fedrun.defense.trimmed_mean import TrimmedMean, TrimmedMeanConfig
+from fedrun.defense.trimmed_mean import TrimmedMean
 from fedrun.types import RoundContext, Uploads
 
 QUANTILES = (0.5, 0.9, 0.99)

@@ -24,29 +24,15 @@ the method's server semantics.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
 from fedrun.defense.base import Defense
+from fedrun.defense.config import HiCSConfig
 from fedrun.defense.norm_bound import clip_each
-from fedrun.errors import check, check_choice, check_positive
+from fedrun.errors import check
 from fedrun.privacy.ldp import clip_rows
 from fedrun.types import Aggregate, RoundContext, Uploads
-
-
-@dataclass
-class HiCSConfig:
-    quantile: float = 0.9  # q: bounds are this quantile of the round's norms
-    scale: float = 1.0  # bound = scale × that quantile
-    min_uploaders: int = 2  # sparsified updating: rows with fewer uploaders in the round are not updated
-    reduce: str = "mean"  # mean | sum (servers that sum)
-
-    def __post_init__(self) -> None:
-        check(0 < self.quantile <= 1, "quantile", self.quantile, "a quantile in (0, 1]")
-        check_positive("scale", self.scale)
-        check(self.min_uploaders >= 1, "min_uploaders", self.min_uploaders, "an integer >= 1")
-        check_choice("reduce", self.reduce, ("mean", "sum"))
 
 
 def quantile_of(values: torch.Tensor, q: float) -> torch.Tensor:

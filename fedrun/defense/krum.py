@@ -15,23 +15,11 @@ below half the round's clients. ``reduce=sum`` multiplies the selection by the r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from fedrun.defense._rows import RobustConfig, RobustDefense
-from fedrun.errors import check, check_choice
-
-
-@dataclass
-class KrumConfig(RobustConfig):
-    f: int = 1  # Byzantine uploads tolerated per row
-    variant: str = "nearest"  # nearest (Krum's score) | closest_to_mean (rCL4FedRec's reading)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check(self.f >= 0, "f", self.f, "an integer >= 0")
-        check_choice("variant", self.variant, ("nearest", "closest_to_mean"))
+from fedrun.defense._rows import RobustDefense
+from fedrun.defense.config import KrumConfig
+from fedrun.errors import check
 
 
 def squared_distances(x: torch.Tensor) -> torch.Tensor:

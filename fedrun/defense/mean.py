@@ -8,20 +8,10 @@ Alg. 1, applied per row).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from fedrun.defense.base import LinearDefense
-from fedrun.errors import check_choice
-
-
-@dataclass
-class MeanConfig:
-    weighting: str = "uniform"  # uniform | data_size
-
-    def __post_init__(self) -> None:
-        check_choice("weighting", self.weighting, ("uniform", "data_size"))
+from fedrun.defense.config import MeanConfig
 
 
 class Mean(LinearDefense):

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from fedrun.defense._rows import RobustConfig, RobustDefense, order_statistics
+from fedrun.defense._rows import RobustDefense, order_statistics
+from fedrun.defense.config import RobustConfig
 
 
 class Median(RobustDefense):

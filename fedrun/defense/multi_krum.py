@@ -5,19 +5,9 @@ m = 1 is Krum; m = c is the plain mean. Rows of one or two uploads, ties, dense 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from fedrun.defense.krum import Krum, KrumConfig
+from fedrun.defense.config import MultiKrumConfig
+from fedrun.defense.krum import Krum
 from fedrun.errors import check
-
-
-@dataclass
-class MultiKrumConfig(KrumConfig):
-    m: int = 5  # uploads averaged per row after scoring
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check(self.m >= 1, "m", self.m, "an integer >= 1")
 
 
 class MultiKrum(Krum):

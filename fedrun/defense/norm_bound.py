@@ -10,24 +10,12 @@ uploads and the reduction seam's sums (``RowReducer.sum_by_key``), like the mean
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from fedrun.defense._rows import RobustConfig
 from fedrun.defense.base import Defense
-from fedrun.errors import check_positive
+from fedrun.defense.config import NormBoundConfig
 from fedrun.privacy.ldp import clip_rows
 from fedrun.types import Aggregate, RoundContext, Uploads
-
-
-@dataclass
-class NormBoundConfig(RobustConfig):
-    tau: float = 1.0  # τ, the largest L2 norm an upload of one row may have
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_positive("tau", self.tau)
 
 
 class NormBound(Defense):

@@ -3,16 +3,10 @@ client gradients instead of averaging them)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from fedrun.defense.base import LinearDefense
-
-
-@dataclass
-class SumConfig:
-    pass
+from fedrun.defense.config import SumConfig
 
 
 class Sum(LinearDefense):

@@ -9,23 +9,10 @@ same rule over every uploading client. ``reduce=sum`` multiplies by the row's up
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from fedrun.defense._rows import RobustConfig, RobustDefense, order_statistics
-from fedrun.errors import check
-
-
-@dataclass
-class TrimmedMeanConfig(RobustConfig):
-    beta: float = 0.1  # fraction trimmed from each side of every row
-    trim: int | None = None  # or: this many values trimmed from each side (overrides beta)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check(0 <= self.beta < 0.5, "beta", self.beta, "a fraction per side in [0, 0.5)")
-        check(self.trim is None or self.trim >= 0, "trim", self.trim, "an integer >= 0 or null")
+from fedrun.defense._rows import RobustDefense, order_statistics
+from fedrun.defense.config import TrimmedMeanConfig
 
 
 class TrimmedMean(RobustDefense):

@@ -4,7 +4,6 @@ its private parameters and the public model; the simulator only averages the met
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import ClassVar, Iterator, cast
 
 import numpy as np
@@ -14,33 +13,10 @@ from fedrun.core.world import SINGLE
 from fedrun.data.client_store import ClientStore
 from fedrun.data.splits import Split
 from fedrun.errors import check
+from fedrun.eval.config import EvalConfig
 from fedrun.eval.exposure import exposure
-from fedrun.eval.metrics import RANKING_METRICS, RATING_METRICS, rating_errors
+from fedrun.eval.metrics import RATING_METRICS, rating_errors
 from fedrun.method.base import Method
-
-
-@dataclass
-class EvalConfig:
-    ks: list[int] = field(default_factory=lambda: [5, 10, 20])  # cut-offs K
-    metrics: list[str] = field(default_factory=lambda: ["hr", "recall", "ndcg", "mrr"])  # ranking metrics
-    mask_history: bool = True  # remove the user's training (and, at test, validation) items from the ranking
-    kind: str = "auto"  # auto (rating metrics for mse backbones) | ranking | rating
-    monitor: str = "auto"  # the metric the progress bar, the floor verdict and sim.patience / keep_best read
-    # (auto: rmse for ratings, else ndcg — or the first metric — at K = 10, or at the first K without a 10)
-    clip_ratings: bool = True  # rating metrics: clip predictions to the training ratings' range
-    er_ks: list[int] = field(default_factory=lambda: [5, 10, 20, 30])  # ER@K cut-offs (runs with an attack)
-    watch: str = "attack"  # whose ER@K is reported: attack (the attack's targets, when there is an attack) |
-    # least_popular (the item the attacks target by default, also without an attack: the no-attack baseline)
-
-    def __post_init__(self) -> None:
-        check(len(self.ks) >= 1 and all(k >= 1 for k in self.ks), "ks", self.ks, "a non-empty list of integers >= 1")
-        bad = [m for m in self.metrics if m not in RANKING_METRICS]
-        check(not bad and len(self.metrics) >= 1, "metrics", self.metrics,
-              "a non-empty list drawn from " + ", ".join(RANKING_METRICS))
-        check(self.kind in ("auto", "ranking", "rating"), "kind", self.kind, "one of auto, ranking, rating")
-        check(len(self.er_ks) >= 1 and all(k >= 1 for k in self.er_ks), "er_ks", self.er_ks,
-              "a non-empty list of integers >= 1")
-        check(self.watch in ("attack", "least_popular"), "watch", self.watch, "one of attack, least_popular")
 
 
 class Evaluator:

@@ -23,7 +23,8 @@ from fedrun.eval.base import Evaluator
 from fedrun.eval.metrics import RATING_METRICS
 from fedrun.kernels.env import RunEnv
 from fedrun.method.base import Method
-from fedrun.method.pop import Pop, PopConfig
+from fedrun.method.config import PopConfig
+from fedrun.method.pop import Pop
 
 BIAS_DAMPING = 10.0  # shrinkage of the bias means toward 0 (Koren 2010's baseline predictor, λ ≈ 10–25)
 

@@ -9,25 +9,16 @@ items at test time) are masked to −inf; ties are broken pessimistically (exact
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import cast
 
 import torch
 
 from fedrun.data.splits import Split
 from fedrun.errors import check
-from fedrun.eval.base import EvalConfig, Evaluator
+from fedrun.eval.base import Evaluator
+from fedrun.eval.config import FullConfig
 from fedrun.eval.metrics import from_ranks, pessimistic_ranks
 from fedrun.method.base import Method
-
-
-@dataclass
-class FullConfig(EvalConfig):
-    memory_mb: int = 256  # budget for one chunk of scores and intermediates
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check(self.memory_mb >= 1, "memory_mb", self.memory_mb, "an integer >= 1")
 
 
 class Full(Evaluator):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import torch
 
 MISS = torch.iinfo(torch.int64).max
-RANKING_METRICS = ("hr", "recall", "precision", "ndcg", "mrr")
 RATING_METRICS = ("mae", "rmse")  # lower is better
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Iterator, cast
 
 import numpy as np
@@ -24,32 +23,11 @@ from fedrun.core.seeding import derive_seed
 from fedrun.data.client_store import ClientStore
 from fedrun.data.interactions import Interactions
 from fedrun.data.negatives import sample_negatives
-from fedrun.errors import check, check_choice, check_seed
-from fedrun.eval.base import EvalConfig, Evaluator
+from fedrun.errors import check
+from fedrun.eval.base import Evaluator
+from fedrun.eval.config import SampledConfig
 from fedrun.eval.metrics import from_ranks
 from fedrun.method.base import Method
-
-
-@dataclass
-class SampledConfig(EvalConfig):
-    num_negatives: int = 99  # negatives per user
-    ties: str = "pessimistic"  # pessimistic | random
-    seed: int = 0  # fixes the negatives and the random tie-breaks
-    resample: bool = False  # draw the negatives afresh at every evaluation (the FedRecAttack code) | fixed once
-    negatives: str = "auto"  # auto: split where the split's files list negatives, else drawn | drawn | split
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check(self.num_negatives >= 1, "num_negatives", self.num_negatives, "an integer >= 1")
-        check_seed("seed", self.seed)
-        hits = {"hr", "recall"} & set(self.metrics)  # MRR and NDCG stay meaningful over every candidate
-        check(not hits or max(self.ks, default=1) <= self.num_negatives, "ks", self.ks,
-              f"cut-offs up to num_negatives = {self.num_negatives} with {'/'.join(sorted(hits))} (a cut-off of all "
-              f"{self.num_negatives + 1} ranked candidates makes every hit 1)")
-        check_choice("ties", self.ties, ("pessimistic", "random"))
-        check_choice("negatives", self.negatives, ("auto", "drawn", "split"))
-        check(not (self.resample and self.negatives == "split"), "resample", self.resample,
-              "false with negatives=split (the split lists one set of negatives)")
 
 
 class Sampled(Evaluator):

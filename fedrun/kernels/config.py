@@ -1,14 +1,19 @@
-"""The ``sim`` group: rounds, clients per round, seeds, device, batching limits."""
+"""The ``sim`` group (rounds, clients per round, seeds, device, batching limits) and the optimizers' settings the
+methods share. Torch-free at import, as every option's config is: a refused value is answered before torch
+loads (``fedrun.app.preflight``); torch is imported where a device or an optimizer is built.
+"""
 
 from __future__ import annotations
 
 import os
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Sequence
 
-import torch
+from fedrun.errors import ConfigError, check, check_choice, check_positive, check_seed
 
-from fedrun.errors import ConfigError, check, check_choice, check_seed
+if TYPE_CHECKING:
+    import torch
 
 DEFAULT_MAX_SLOTS = 1 << 21
 
@@ -87,6 +92,8 @@ class SimConfig:
         return int(self.clients_per_round)
 
     def torch_device(self) -> torch.device:
+        import torch
+
         if self.device == "auto":
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
         device = torch.device(self.device)
@@ -95,3 +102,51 @@ class SimConfig:
         if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
             raise ConfigError("sim.device", self.device, f"cuda:0..cuda:{torch.cuda.device_count() - 1}")
         return device
+
+
+@dataclass
+class ClientOptimizer:
+    name: str = "sgd"  # sgd | adam
+    lr: float = 0.05
+    momentum: float = 0.0  # sgd only
+    weight_decay: float = 0.0  # L2 on the client's local parameters
+    user_lr: float | None = None  # the private user rows' lr (null: lr)
+
+    config_field: ClassVar[str] = "optimizer"  # the config field it is (what its errors name)
+
+    def __post_init__(self) -> None:
+        field = self.config_field
+        check_choice(f"{field}.name", self.name, ("sgd", "adam"))
+        check_positive(f"{field}.lr", self.lr)
+        check(0 <= self.momentum < 1, f"{field}.momentum", self.momentum, "a number in [0, 1)")
+        check_positive(f"{field}.weight_decay", self.weight_decay, allow_zero=True)
+        if self.user_lr is not None:
+            check_positive(f"{field}.user_lr", self.user_lr)
+
+    @property
+    def private_lr(self) -> float:
+        """The lr of the private user rows."""
+        return self.lr if self.user_lr is None else self.user_lr
+
+    def make(self, params: list[torch.Tensor], private: Sequence[torch.Tensor] = ()) -> torch.optim.Optimizer:
+        """The optimizer of ``params`` at ``lr`` and of the ``private`` user rows at ``private_lr``."""
+        import torch
+
+        groups = [{"params": list(params)}] + ([{"params": list(private), "lr": self.private_lr}] if private else [])
+        if self.name == "adam":
+            return torch.optim.Adam(groups, lr=self.lr, weight_decay=self.weight_decay)
+        return torch.optim.SGD(groups, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
+
+    @property
+    def is_plain_sgd(self) -> bool:
+        return self.name == "sgd" and self.momentum == 0 and self.weight_decay == 0
+
+
+@dataclass
+class ServerOptimizerConfig:
+    name: str = "sgd"  # sgd | adam
+    lr: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_choice("server_optimizer.name", self.name, ("sgd", "adam"))
+        check_positive("server_optimizer.lr", self.lr)

@@ -9,51 +9,15 @@ per-client optimizers (DESIGN.md, "The vectorization principle" 1–2).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Sequence, cast
+from typing import Callable, cast
 
 import torch
 
 from fedrun.backbone.base import Backbone
 from fedrun.backbone.losses import example_sq_norms, per_client_loss
-from fedrun.errors import check, check_choice, check_positive
 from fedrun.kernels.batching import LocalProblem
+from fedrun.kernels.config import ClientOptimizer
 from fedrun.kernels.rows import gather_rows
-
-
-@dataclass
-class ClientOptimizer:
-    name: str = "sgd"  # sgd | adam
-    lr: float = 0.05
-    momentum: float = 0.0  # sgd only
-    weight_decay: float = 0.0  # L2 on the client's local parameters
-    user_lr: float | None = None  # the private user rows' lr (null: lr)
-
-    config_field: ClassVar[str] = "optimizer"  # the config field it is (what its errors name)
-
-    def __post_init__(self) -> None:
-        field = self.config_field
-        check_choice(f"{field}.name", self.name, ("sgd", "adam"))
-        check_positive(f"{field}.lr", self.lr)
-        check(0 <= self.momentum < 1, f"{field}.momentum", self.momentum, "a number in [0, 1)")
-        check_positive(f"{field}.weight_decay", self.weight_decay, allow_zero=True)
-        if self.user_lr is not None:
-            check_positive(f"{field}.user_lr", self.user_lr)
-
-    @property
-    def private_lr(self) -> float:
-        """The lr of the private user rows."""
-        return self.lr if self.user_lr is None else self.user_lr
-
-    def make(self, params: list[torch.Tensor], private: Sequence[torch.Tensor] = ()) -> torch.optim.Optimizer:
-        """The optimizer of ``params`` at ``lr`` and of the ``private`` user rows at ``private_lr``."""
-        groups = [{"params": list(params)}] + ([{"params": list(private), "lr": self.private_lr}] if private else [])
-        if self.name == "adam":
-            return torch.optim.Adam(groups, lr=self.lr, weight_decay=self.weight_decay)
-        return torch.optim.SGD(groups, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay)
-
-    @property
-    def is_plain_sgd(self) -> bool:
-        return self.name == "sgd" and self.momentum == 0 and self.weight_decay == 0
 
 
 def scale_gradient(x: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:

@@ -7,23 +7,11 @@ step (server learning rate, Reddi et al. 2021). ``adam`` treats −delta as a ps
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from fedrun.backbone.base import PublicParams
-from fedrun.errors import check_choice, check_positive
+from fedrun.kernels.config import ServerOptimizerConfig
 from fedrun.types import Aggregate
-
-
-@dataclass
-class ServerOptimizerConfig:
-    name: str = "sgd"  # sgd | adam
-    lr: float = 1.0
-
-    def __post_init__(self) -> None:
-        check_choice("server_optimizer.name", self.name, ("sgd", "adam"))
-        check_positive("server_optimizer.lr", self.lr)
 
 
 class ServerOptimizer:

@@ -14,10 +14,12 @@ from typing import ClassVar, cast
 
 import torch
 
-from fedrun.backbone.lightgcn import BipartiteGraph, LightGCNConfig
+from fedrun.backbone.config import LightGCNConfig
+from fedrun.backbone.lightgcn import BipartiteGraph
 from fedrun.errors import check
 from fedrun.kernels.env import RunEnv
-from fedrun.method.graph_contrast import ContrastConfig, GraphContrast
+from fedrun.method.config import ContrastConfig
+from fedrun.method.graph_contrast import GraphContrast
 
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor | float]  # user rows [N, du], item rows [N, C, di], extra loss
 

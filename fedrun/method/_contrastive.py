@@ -11,7 +11,7 @@ where ``fedrun info method=<option>`` shows them.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, cast
 
 import torch
@@ -21,56 +21,16 @@ from fedrun.backbone.base import Backbone, PublicParams
 from fedrun.backbone.losses import per_client_loss
 from fedrun.core import hashrng
 from fedrun.core.seeding import derive_seed, generator
-from fedrun.errors import check, check_choice, check_positive
+from fedrun.errors import check
 from fedrun.kernels.batching import LocalProblem
-from fedrun.kernels.local import ClientOptimizer, problem_loss, slot_rows
-from fedrun.method._training import LocalTrainingConfig
+from fedrun.kernels.config import ClientOptimizer
+from fedrun.kernels.local import problem_loss, slot_rows
 from fedrun.method.client import Client
+from fedrun.method.config import ContrastiveConfig
 from fedrun.method.federated import ClientResult, Exchange, FederatedMethod, Needs
 from fedrun.method.server import OptimizerServer
 from fedrun.privacy.base import Privacy
 from fedrun.types import Aggregate, RoundContext
-
-USER_VIEWS = ("synthetic", "none")
-
-
-@dataclass
-class ContrastiveConfig(LocalTrainingConfig):
-    """The family's settings, at CL4FedRec's paper values; each option's config restates its own."""
-
-    optimizer: ClientOptimizer = field(default_factory=lambda: ClientOptimizer("adam", 1e-3))
-    loss_reduction: str = "sum"  # Eq. 1 and Eq. 10 are sums
-    num_negatives: int = 4  # "negative instances are sampled with 1:4 ratio" (§5.1)
-    user_cl: str = "synthetic"  # synthetic: Eq. 6–7 | none (Table 4 "− user CL"; SimGCL, UNION)
-    item_cl: str = "step"  # step: Eq. 8–10 | noise: SimGCL views (Table 5) | none
-    lambda_user: float = 0.5  # λ1
-    lambda_item: float = 0.5  # λ2
-    tau: float = 0.2
-    eta: float = 0.1  # ‖ε‖ of the uniform-noise views
-    synthetic_users: int = 60  # |U_syn|: 60 on ML-1M and QB-Article, 10 on the Amazon sets (§5.4)
-    synthetic_items: int = 30  # N
-    synthetic_sampling: str = "popularity"  # popularity (Eq. 4) | uniform (Table 5 "random synthetic users")
-    synthetic_fit_steps: int = 100
-    synthetic_fit_lr: float = 0.01
-    item_view_lr: float | None = None  # null: the client optimizer's first step
-    uniformity_alpha: float = 0.0  # α of the proof of concept (Eq. 13): the client adds α·L_uni (Eq. 12)
-    item_views: ClassVar[tuple[str, ...]] = ("step", "noise", "none")  # the item_cl this method's client builds
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_choice("user_cl", self.user_cl, USER_VIEWS)
-        check_choice("item_cl", self.item_cl, self.item_views)
-        for name in ("lambda_user", "lambda_item", "uniformity_alpha"):
-            check_positive(name, getattr(self, name), allow_zero=True)
-        check_positive("tau", self.tau)
-        check_positive("eta", self.eta)
-        check(self.synthetic_users >= 1, "synthetic_users", self.synthetic_users, "an integer >= 1")
-        check(self.synthetic_items >= 1, "synthetic_items", self.synthetic_items, "an integer >= 1")
-        check_choice("synthetic_sampling", self.synthetic_sampling, ("popularity", "uniform"))
-        check(self.synthetic_fit_steps >= 0, "synthetic_fit_steps", self.synthetic_fit_steps, "an integer >= 0")
-        check_positive("synthetic_fit_lr", self.synthetic_fit_lr)
-        if self.item_view_lr is not None:
-            check_positive("item_view_lr", self.item_view_lr)
 
 
 @dataclass(frozen=True)

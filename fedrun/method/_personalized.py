@@ -9,51 +9,25 @@ where ``fedrun info method=<option>`` shows them.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 from typing import ClassVar, cast
 
 import torch
 
 from fedrun.backbone.base import PrivateParams, PublicParams
 from fedrun.defense.base import Defense
-from fedrun.errors import check, check_choice, check_positive
+from fedrun.errors import check
 from fedrun.kernels.batching import LocalProblem
+from fedrun.kernels.config import ServerOptimizerConfig
 from fedrun.kernels.local import LocalResult
 from fedrun.kernels.sampling import ClientSampler
-from fedrun.kernels.server_opt import ServerOptimizerConfig
 from fedrun.method._clusters import ClusterModels
-from fedrun.method._pseudo import PairPerturbationConfig
-from fedrun.method._training import LocalTrainingConfig
 from fedrun.method.client import Client, ClientResult, ModelView
+from fedrun.method.config import PersonalizedConfig
 from fedrun.method.context import GraphContext
 from fedrun.method.federated import Exchange, FederatedMethod, Needs
 from fedrun.method.server import OptimizerServer
 from fedrun.privacy.base import Privacy
 from fedrun.types import Aggregate, RoundContext, Uploads
-
-
-@dataclass
-class PersonalizedConfig(PairPerturbationConfig, LocalTrainingConfig):
-    """The family's settings: FedAvg's local training, the pseudo items, the clusters and the mixture."""
-
-    clusters: int = 5  # C, k-means clusters (the authors' code: 5)
-    clustering: str = "kmeans"  # kmeans | random (Table 5's "w/o clustering": users put in random clusters)
-    alpha: list[float] = field(default_factory=lambda: [1.0, 1.0, 1.0])  # local, cluster, global (normalised)
-    selection: str = "cluster"  # cluster: clients in proportion to cluster sizes | uniform
-    train_from: str = "global"  # global: the downloaded global model (Algorithm 1) | cluster: its cluster's (CIKM)
-    cluster_from: int = 1  # first round with clusters (the code: after the first)
-    recluster_every: int = 1  # rounds between k-means refits (the paper: every iteration)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check(self.clusters >= 1, "clusters", self.clusters, "an integer >= 1")
-        check(len(self.alpha) == 3 and all(a >= 0 for a in self.alpha) and sum(self.alpha) > 0, "alpha",
-              list(self.alpha), "three weights >= 0 (local, cluster, global), not all 0")
-        check_choice("selection", self.selection, ("cluster", "uniform"))
-        check_choice("clustering", self.clustering, ("kmeans", "random"))
-        check_choice("train_from", self.train_from, ("global", "cluster"))
-        check(self.cluster_from >= 0, "cluster_from", self.cluster_from, "an integer >= 0")
-        check_positive("recluster_every", self.recluster_every)
 
 
 class ClusterServer(OptimizerServer):

@@ -17,32 +17,13 @@ at least one real pair always stays.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from fedrun.core import hashrng
 from fedrun.core.seeding import derive_seed
 from fedrun.data.negatives import sample_client_negatives
-from fedrun.errors import check_fraction
+from fedrun.method.config import PairPerturbationConfig
 from fedrun.types import ClientBatch
-
-
-@dataclass
-class PairPerturbationConfig:
-    """The settings of both, for a method config that composes them beside its local training's."""
-
-    pseudo_share: float = 0.1  # share of each client's pairs replaced by pseudo items (the code: 10%)
-    mask_share: float = 0.0  # share of the rest treated as not held for the round (PerFedRec++'s masking)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()  # type: ignore[misc]  # the local training's checks (next in the config's MRO)
-        check_fraction("pseudo_share", self.pseudo_share, closed_low=True, closed_high=False)
-        check_fraction("mask_share", self.mask_share, closed_low=True, closed_high=False)
-
-    @property
-    def perturbs_pairs(self) -> bool:
-        return bool(self.pseudo_share or self.mask_share)
 
 
 def perturb_round(batch: ClientBatch, config: PairPerturbationConfig, n_items: int, seed: int,

@@ -24,31 +24,15 @@ from fedrun.audit.base import MFStep
 from fedrun.backbone.base import PrivateParams
 from fedrun.core.seeding import derive_seed
 from fedrun.data.negatives import sample_unrated
-from fedrun.errors import check, check_fraction, check_positive
 from fedrun.kernels.batching import LocalProblem, local_problem
 from fedrun.kernels.env import RunEnv
 from fedrun.kernels.local import slot_rows
 from fedrun.method.client import Client, ClientResult, ModelView
+from fedrun.method.config import RatingConfig
 from fedrun.types import ClientBatch, Uploads
 
 # the settings a rating method never reads (``Method.unread``)
 UNREAD = {"sim.local_epochs": "each client takes one gradient step on its ratings per round (Alg. 2)"}
-
-
-@dataclass
-class RatingConfig:
-    lr: float = 0.5  # γ (paper 0.8 [FedRec++ §5.2] diverges here: docs/reproductions/fedrecpp.md)
-    lr_decay: float = 0.9  # γ ← 0.9γ after every iteration (Alg. 1 line 20)
-    rho: float = 0.0  # ρ: sampled unrated items per rated item
-    t_predict: int = 10  # iterations with the user's mean as virtual rating before predicting (Eq. 1)
-    t_local: int = 10  # local steps training the copy U'_u that predicts virtual ratings
-
-    def __post_init__(self) -> None:
-        check_positive("lr", self.lr)
-        check_fraction("lr_decay", self.lr_decay, closed_low=False, closed_high=True)
-        check_positive("rho", self.rho, allow_zero=True)
-        check(self.t_predict >= 0, "t_predict", self.t_predict, "an integer >= 0")
-        check(self.t_local >= 0, "t_local", self.t_local, "an integer >= 0")
 
 
 @dataclass(frozen=True)

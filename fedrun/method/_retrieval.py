@@ -8,7 +8,6 @@ where ``fedrun info method=<option>`` shows them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import ClassVar, cast
 
 import torch
@@ -20,40 +19,18 @@ from fedrun.core import hashrng
 from fedrun.core.seeding import derive_seed, generator
 from fedrun.data.negatives import sample_client_negatives
 from fedrun.defense.base import Defense
-from fedrun.errors import ConfigError, check, check_choice
+from fedrun.errors import ConfigError, check
 from fedrun.kernels.batching import LocalProblem, local_problem
-from fedrun.kernels.local import ClientOptimizer, slot_rows
+from fedrun.kernels.local import slot_rows
 from fedrun.kernels.rows import gather_rows
-from fedrun.kernels.server_opt import ServerOptimizerConfig
 from fedrun.method import fedsgd
 from fedrun.method.client import Client, ModelView
+from fedrun.method.config import RetrievalConfig
 from fedrun.method.federated import Exchange, FederatedMethod, Needs
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.privacy.base import Privacy
-from fedrun.retrieval.hard_negatives import HardNegativeConfig, HardNegativeServer
+from fedrun.retrieval.hard_negatives import HardNegativeServer
 from fedrun.types import ClientBatch, EmbeddingUploads
-
-
-@dataclass
-class RetrievalConfig(HardNegativeConfig):
-    """The family's settings, at FedCL's values."""
-
-    optimizer: ClientOptimizer = field(default_factory=lambda: ClientOptimizer("sgd", 10.0))
-    server_optimizer: ServerOptimizerConfig = field(default_factory=lambda: ServerOptimizerConfig("adam", 1e-3))
-    local_store: int = 100  # simulated local negative store per client
-    local_negatives: int = 10  # local negatives per positive, drawn from the store
-    in_batch: str = "auto"  # auto (sequential backbones only) | on | off
-    in_batch_scope: str = "all"  # all: the client's other items (§3.2) | past: only those before the target
-    exclude_positives: bool = True  # drop semi-hard negatives that are the client's own positives
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check(self.local_store >= 0, "local_store", self.local_store, "an integer >= 0")
-        check(self.local_negatives >= 0, "local_negatives", self.local_negatives, "an integer >= 0")
-        check(self.local_negatives == 0 or self.local_store >= 1, "local_store", self.local_store,
-              "an integer >= 1 when local_negatives > 0")
-        check_choice("in_batch", self.in_batch, ("auto", "on", "off"))
-        check_choice("in_batch_scope", self.in_batch_scope, ("all", "past"))
 
 
 def mixup_loss(pos: torch.Tensor, mask: torch.Tensor, local: torch.Tensor | None, semi: torch.Tensor | None,

@@ -11,47 +11,19 @@ numbers in ``scripts/checks/equivalence.py``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 
 from fedrun.backbone.base import Backbone, PublicParams
 from fedrun.backbone.losses import example_sq_norms, per_client_loss
 from fedrun.data.negatives import sample_flat_negatives
 from fedrun.defense.base import Defense
-from fedrun.errors import check, check_choice
 from fedrun.kernels.batching import LocalProblem
 from fedrun.kernels.env import RunEnv
-from fedrun.kernels.local import ClientOptimizer, problem_loss, scale_gradient
+from fedrun.kernels.local import problem_loss, scale_gradient
 from fedrun.kernels.rows import gather_rows
-from fedrun.kernels.server_opt import ServerOptimizerConfig
 from fedrun.method import fedsgd
+from fedrun.method.config import LocalTrainingConfig
 from fedrun.method.fedsgd import FastRound
-
-
-@dataclass
-class LocalTrainingConfig:
-    """The default client step's settings (FedAvg's defaults; every option built on it restates its own)."""
-
-    optimizer: ClientOptimizer = field(default_factory=lambda: ClientOptimizer("sgd", 0.3, user_lr=3.0))
-    num_negatives: int = 1  # negatives per positive (ignored for mse)
-    resample_negatives: bool = True  # draw them afresh every round | false: once, for the whole run (A-hum code)
-    server_optimizer: ServerOptimizerConfig = field(default_factory=ServerOptimizerConfig)
-    loss_reduction: str = "balanced"  # balanced: LocalTraining.loss | mean: per-client mean | sum (FedRecAttack code)
-    l2_scope: str = "example"  # example: backbone.l2 per example | client: ½·l2·(‖u‖² + Σ‖v‖² over its rows), once
-    duplicate_rows: str = "sum"  # sum: a row several examples use gets their gradients' sum | once: one (A-hum code)
-
-    def __post_init__(self) -> None:
-        check(self.num_negatives >= 0, "num_negatives", self.num_negatives, "an integer >= 0")
-        check_choice("loss_reduction", self.loss_reduction, ("mean", "sum", "balanced"))
-        check_choice("l2_scope", self.l2_scope, ("example", "client"))
-        check_choice("duplicate_rows", self.duplicate_rows, ("sum", "once"))
-
-    def l2_step_lr(self) -> float | None:
-        """Per-example L2 on a loss that is the client's mean (``balanced`` too, for the user row): each
-        example holds ‖u‖², so a plain-SGD step shrinks u by 2·user_lr·l2 through it (``Method.l2_step_lr``)."""
-        mean_l2 = self.loss_reduction in ("mean", "balanced") and self.l2_scope == "example"
-        return self.optimizer.private_lr if mean_l2 and self.optimizer.is_plain_sgd else None
 
 
 def slot_uses(problem: LocalProblem) -> torch.Tensor:

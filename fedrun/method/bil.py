@@ -35,7 +35,6 @@ Open points and choices (each a config field, logged):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence, cast
 
 import torch
@@ -44,31 +43,15 @@ import torch.nn.functional as F
 from fedrun.backbone.base import PrivateParams, PublicParams
 from fedrun.backbone.mf import MF
 from fedrun.data.client_store import ClientStore
-from fedrun.errors import ConfigError, check_choice, check_positive
+from fedrun.errors import ConfigError
 from fedrun.kernels.batching import LocalProblem
+from fedrun.kernels.config import ServerOptimizerConfig
 from fedrun.kernels.local import slot_rows
-from fedrun.kernels.server_opt import ServerOptimizerConfig
-from fedrun.method._retrieval import RetrievalClient, RetrievalConfig, RetrievalMethod
+from fedrun.method._retrieval import RetrievalClient, RetrievalMethod
 from fedrun.method.client import ModelView
+from fedrun.method.config import BILConfig
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.types import Aggregate, RoundContext
-
-
-@dataclass
-class BILConfig(RetrievalConfig):
-    local_negatives: int = 0  # positives only
-    semi_hard: int = 0
-    similarity: str = "auto"  # auto (cosine for inner-product backbones) | cosine | score
-    positive_loss: str = "hinge"  # hinge: max(0, margin − s)² | logistic: −log σ(s)
-    margin: float = 0.9  # m of the hinge (Ning et al.'s code: 0.9)
-    spread_weight: float = 1.0  # λ of the spread-out regulariser S(V)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_choice("similarity", self.similarity, ("auto", "cosine", "score"))
-        check_choice("positive_loss", self.positive_loss, ("hinge", "logistic"))
-        check_positive("margin", self.margin)
-        check_positive("spread_weight", self.spread_weight, allow_zero=True)
 
 
 def spread_out(item: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,8 @@ BERT4Rec style): ``loss=ce`` is the softmax over the whole catalogue, ``bce`` / 
 
 from __future__ import annotations
 
-from fedrun.method.centralized import CentralConfig, CentralMethod
+from fedrun.method.centralized import CentralMethod
+from fedrun.method.config import CentralConfig
 
 
 class Central(CentralMethod):

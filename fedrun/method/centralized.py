@@ -7,39 +7,21 @@ How an epoch runs is written down in ``method=central``'s module (``fedrun info 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Sequence, cast
 
 import torch
 import torch.nn.functional as F
 
+from fedrun.backbone.config import SequentialConfig
 from fedrun.backbone.losses import example_sq_norms, per_client_loss
-from fedrun.backbone.sequential import SequentialBackbone, SequentialConfig, score_pairs, user_queries
+from fedrun.backbone.sequential import SequentialBackbone, score_pairs, user_queries
 from fedrun.core.seeding import derive_seed, generator
 from fedrun.data.client_store import ClientStore
 from fedrun.data.negatives import sample_negatives
-from fedrun.errors import check
 from fedrun.kernels.env import RunEnv
-from fedrun.kernels.local import ClientOptimizer
 from fedrun.method._central_tables import TABLES
 from fedrun.method.base import Method, RoundStats
-from fedrun.method.graph_contrast import ContrastConfig
-
-
-@dataclass
-class CentralConfig:
-    """The settings of central training (each centrally trained option's config is, or extends, these)."""
-
-    optimizer: ClientOptimizer = field(default_factory=lambda: ClientOptimizer("adam", 1e-3))
-    batch_size: int = 1024
-    num_negatives: int = 1  # negatives per positive, resampled each epoch (ignored for mse and ce)
-    sequence_batch: int = 256  # users per mini-batch for sequential backbones
-    contrast: ContrastConfig = field(default_factory=ContrastConfig)  # graph backbones: SGL / SimGCL / XSimGCL
-
-    def __post_init__(self) -> None:
-        check(self.batch_size >= 1, "batch_size", self.batch_size, "an integer >= 1")
-        check(self.sequence_batch >= 1, "sequence_batch", self.sequence_batch, "an integer >= 1")
-        check(self.num_negatives >= 0, "num_negatives", self.num_negatives, "an integer >= 0")
+from fedrun.method.config import CentralConfig
 
 
 class CentralMethod(Method):

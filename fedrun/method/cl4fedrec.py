@@ -41,14 +41,8 @@ Choices where the paper is open (each a config field, logged with the run):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from fedrun.method._contrastive import ContrastiveConfig, ContrastiveMethod
-
-
-@dataclass
-class CL4FedRecConfig(ContrastiveConfig):
-    """CL4FedRec's settings: the family's, at the paper's values (§5.1, §5.4)."""
+from fedrun.method._contrastive import ContrastiveMethod
+from fedrun.method.config import CL4FedRecConfig
 
 
 class CL4FedRec(ContrastiveMethod):

@@ -31,10 +31,12 @@ from fedrun.core.seeding import derive_seed
 from fedrun.data.client_store import ClientStore
 from fedrun.data.negatives import sample_batch_negatives, sample_bucket_negatives
 from fedrun.kernels.batching import LocalProblem, local_problem, local_problems
+from fedrun.kernels.config import ClientOptimizer
 from fedrun.kernels.env import RunEnv
-from fedrun.kernels.local import ClientOptimizer, LocalResult, problem_loss, train_local
-from fedrun.method._pseudo import PairPerturbationConfig, perturb_round
-from fedrun.method._training import LocalTraining, LocalTrainingConfig
+from fedrun.kernels.local import LocalResult, problem_loss, train_local
+from fedrun.method._pseudo import perturb_round
+from fedrun.method._training import LocalTraining
+from fedrun.method.config import LocalTrainingConfig, PairPerturbationConfig
 from fedrun.method.context import context_for
 from fedrun.privacy.base import Privacy
 from fedrun.types import ClientBatch, EmbeddingUploads, RoundContext, Uploads

@@ -20,8 +20,9 @@ from typing import Any, ClassVar, Sequence, cast
 import torch
 
 from fedrun.backbone.base import PublicParams
-from fedrun.backbone.lightgcn import BipartiteGraph, LightGCNConfig
-from fedrun.backbone.sequential import SequenceView, SequentialBackbone, SequentialConfig, infer_users, score_pairs
+from fedrun.backbone.config import LightGCNConfig, SequentialConfig
+from fedrun.backbone.lightgcn import BipartiteGraph
+from fedrun.backbone.sequential import SequenceView, SequentialBackbone, infer_users, score_pairs
 from fedrun.core.seeding import derive_seed, generator
 from fedrun.data.client_store import ClientStore
 from fedrun.kernels.batching import LocalProblem

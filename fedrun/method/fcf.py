@@ -28,30 +28,22 @@ clients (FCF applies each round's summed gradient; E = 1); users are solved afre
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from fedrun.backbone.base import PublicParams
 from fedrun.backbone.pmf import PMF
 from fedrun.defense.base import Defense
-from fedrun.errors import ConfigError, check_positive
-from fedrun.kernels.server_opt import ServerOptimizerConfig
+from fedrun.errors import ConfigError
+from fedrun.kernels.config import ServerOptimizerConfig
 from fedrun.method.client import Client
+from fedrun.method.config import FCFConfig
 from fedrun.method.federated import FederatedMethod, Needs
 from fedrun.method.fedsgd import FastRound
 from fedrun.method.rating_scale import RatingScale
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.types import Aggregate, ClientBatch, RoundContext
-
-
-@dataclass
-class FCFConfig:
-    alpha: float = 1.0  # confidence c_ui = 1 + α r_ui (Hu et al. 2008; open for rating data)
-    server_optimizer: ServerOptimizerConfig = field(default_factory=lambda: ServerOptimizerConfig("adam", 0.03))
-
-    def __post_init__(self) -> None:
-        check_positive("alpha", self.alpha, allow_zero=True)
 
 
 @dataclass(frozen=True)

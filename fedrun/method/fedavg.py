@@ -25,15 +25,8 @@ methods that train as FedAvg's client compose too; nothing inherits from FedAvg.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from fedrun.method._training import LocalTrainingConfig
+from fedrun.method.config import FedAvgConfig
 from fedrun.method.federated import FederatedMethod
-
-
-@dataclass
-class FedAvgConfig(LocalTrainingConfig):
-    """FedAvg's settings are its local training's (``LocalTrainingConfig``), at FedAvg's defaults."""
 
 
 class FedAvg(FederatedMethod):

@@ -57,14 +57,8 @@ Choices where the paper is open (each a config field, logged with the run):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from fedrun.method._retrieval import RetrievalConfig, RetrievalMethod
-
-
-@dataclass
-class FedCLConfig(RetrievalConfig):
-    """FedCL's settings: the family's, at the paper's values (§4.1)."""
+from fedrun.method._retrieval import RetrievalMethod
+from fedrun.method.config import FedCLConfig
 
 
 class FedCL(RetrievalMethod):

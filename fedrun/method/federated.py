@@ -34,9 +34,9 @@ from fedrun.kernels.env import RunEnv
 from fedrun.kernels.guards import UploadSchema
 from fedrun.kernels.rows import LOCAL, RowReducer
 from fedrun.kernels.sampling import ClientSampler
-from fedrun.method._training import LocalTrainingConfig
 from fedrun.method.base import Method
 from fedrun.method.client import Client, ClientResult, Exchange
+from fedrun.method.config import LocalTrainingConfig
 from fedrun.method.fedsgd import FastRound
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.privacy.base import Privacy

@@ -20,17 +20,8 @@ which fedrun follows. Any backbone runs (with MF it is FedAvg with pseudo items)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from fedrun.method._pseudo import PairPerturbationConfig
-from fedrun.method._training import LocalTrainingConfig
+from fedrun.method.config import FedGNNConfig
 from fedrun.method.federated import FederatedMethod
-
-
-@dataclass
-class FedGNNConfig(PairPerturbationConfig, LocalTrainingConfig):
-    """FedAvg's local training (``fedrun.method._training``) and the pseudo items (``fedrun.method._pseudo``), which
-    the default client program (``fedrun.method.client``) runs: FedGNN's client is FedAvg's with them."""
 
 
 class FedGNN(FederatedMethod):

@@ -29,38 +29,19 @@ matrix the server holds stands for Enc(V): clients decrypt it to the same values
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from fedrun.audit.base import ServerView
 from fedrun.backbone.base import PublicParams
-from fedrun.errors import check, check_choice
+from fedrun.kernels.config import ServerOptimizerConfig
 from fedrun.kernels.rows import LOCAL, RowReducer
-from fedrun.kernels.server_opt import ServerOptimizerConfig
-from fedrun.method._rating import UNREAD, RatingClient, RatingConfig
+from fedrun.method._rating import UNREAD, RatingClient
+from fedrun.method.config import FedMFConfig
 from fedrun.method.federated import FederatedMethod, Needs, Traffic
 from fedrun.method.rating_scale import require_rating_model
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.privacy.paillier import PaillierKeys, PaillierSum, ciphertext_bytes
 from fedrun.types import RoundContext, Uploads
-
-
-@dataclass
-class FedMFConfig(RatingConfig):
-    lr: float = 0.01  # γ (Chai et al. give none for these datasets; chosen on FilmTrust validation)
-    lr_decay: float = 1.0  # constant γ
-    mode: str = "part"  # part (PartText: rated items only) | full (FullText: every item, zeros unrated)
-    encryption: str = "plaintext"  # plaintext (same sums, cost measured) | paillier (real, small data) | none
-    key_length: int = 1024  # l, bits of the Paillier modulus [LightFR Table 4]
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check(self.rho == 0, "rho", self.rho, "0: FedMF fills no virtual ratings (hybrid filling is method=fedrec)")
-        check_choice("mode", self.mode, ("part", "full"))
-        check_choice("encryption", self.encryption, ("plaintext", "paillier", "none"))
-        check(self.key_length >= 128 and self.key_length % 8 == 0, "key_length", self.key_length,
-              "a multiple of 8 of at least 128 bits (FedMF: 1024)")
 
 
 class FedMF(FederatedMethod):

@@ -21,23 +21,17 @@ Gradients are computed in closed form (PMF's squared loss), not through autograd
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from fedrun.audit.base import ServerView
 from fedrun.backbone.base import PublicParams
-from fedrun.kernels.server_opt import ServerOptimizerConfig
-from fedrun.method._rating import UNREAD, RatingClient, RatingConfig, communication
+from fedrun.kernels.config import ServerOptimizerConfig
+from fedrun.method._rating import UNREAD, RatingClient, communication
+from fedrun.method.config import FedRecConfig
 from fedrun.method.federated import FederatedMethod
 from fedrun.method.rating_scale import require_rating_model
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.types import RoundContext, Uploads
-
-
-@dataclass
-class FedRecConfig(RatingConfig):
-    """FedRec's settings are its rating step's (``fedrun.method._rating``)."""
 
 
 class FedRec(FederatedMethod):

@@ -42,21 +42,17 @@ from fedrun.core import hashrng
 from fedrun.core.seeding import derive_seed, generator
 from fedrun.errors import ConfigError, check
 from fedrun.kernels.batching import LocalProblem
+from fedrun.kernels.config import ServerOptimizerConfig
 from fedrun.kernels.guards import check_finite
 from fedrun.kernels.rows import sum_by_key
-from fedrun.kernels.server_opt import ServerOptimizerConfig
 from fedrun.method._channel import AnonymousChannel
-from fedrun.method._rating import UNREAD, RatingClient, RatingConfig, RatingProblem, communication
+from fedrun.method._rating import UNREAD, RatingClient, RatingProblem, communication
 from fedrun.method.client import ClientResult, ModelView
+from fedrun.method.config import FedRecPPConfig
 from fedrun.method.federated import FederatedMethod, Needs
 from fedrun.method.rating_scale import require_rating_model
 from fedrun.method.server import OptimizerServer, Server
 from fedrun.types import Aggregate, DenoiserUploads, RelayedRows, RoundContext, Uploads
-
-
-@dataclass
-class FedRecPPConfig(RatingConfig):
-    denoisers: str = "1"  # η: a number of clients, or a share of them written n/k (n/4, n/2)
 
 
 def denoiser_count(spec: str | int, n_clients: int) -> int:

@@ -22,7 +22,7 @@ import torch
 from fedrun.backbone.base import PublicParams
 from fedrun.defense.base import Defense
 from fedrun.kernels.batching import LocalProblem
-from fedrun.kernels.local import ClientOptimizer
+from fedrun.kernels.config import ClientOptimizer
 from fedrun.kernels.rows import gather_rows
 from fedrun.types import Aggregate
 

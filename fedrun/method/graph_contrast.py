@@ -19,34 +19,13 @@ the other nodes of the batch are the negatives):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 
 from fedrun.backbone.lightgcn import BipartiteGraph
 from fedrun.core.seeding import generator
-from fedrun.errors import check, check_choice, check_fraction, check_positive
-
-KINDS = ("none", "sgl", "simgcl", "xsimgcl")
-
-
-@dataclass
-class ContrastConfig:
-    kind: str = "none"  # none | sgl | simgcl | xsimgcl (graph backbones)
-    weight: float = 0.1  # λ (SGL 0.1, SimGCL 0.1, XSimGCL 0.2 in the authors' configurations)
-    tau: float = 0.2  # InfoNCE temperature (XSimGCL: 0.15)
-    eps: float = 0.1  # SimGCL / XSimGCL noise magnitude (XSimGCL: 0.2)
-    drop: float = 0.1  # SGL's edge dropout rate
-    layer: int = 1  # XSimGCL's l*, the layer contrasted with the final representation
-
-    def __post_init__(self) -> None:
-        check_choice("contrast.kind", self.kind, KINDS)
-        check_positive("contrast.weight", self.weight, allow_zero=True)
-        check_positive("contrast.tau", self.tau)
-        check_positive("contrast.eps", self.eps, allow_zero=True)
-        check_fraction("contrast.drop", self.drop, closed_low=True, closed_high=False)
-        check(self.layer >= 1, "contrast.layer", self.layer, "an integer >= 1")
+from fedrun.errors import check
+from fedrun.method.config import ContrastConfig
 
 
 def info_nce(view1: torch.Tensor, view2: torch.Tensor, tau: float) -> torch.Tensor:

@@ -79,40 +79,15 @@ from fedrun.audit.base import CodeStep, ServerView
 from fedrun.backbone.base import PrivateParams, PublicParams
 from fedrun.backbone.binary_mf import BinaryMF
 from fedrun.core.seeding import generator
-from fedrun.errors import ConfigError, check, check_choice, check_fraction, check_positive
+from fedrun.errors import ConfigError, check
 from fedrun.kernels.batching import LocalProblem
 from fedrun.kernels.rows import sum_by_key
 from fedrun.method.client import Client, ClientResult, ModelView
+from fedrun.method.config import LightFRConfig
 from fedrun.method.federated import FederatedMethod, Needs, Traffic
 from fedrun.method.rating_scale import RatingScale
 from fedrun.method.server import Server
 from fedrun.types import Aggregate, RoundContext, Uploads
-
-
-@dataclass
-class LightFRConfig:
-    balance: float = 0.6  # λ, the balance-constraint trade-off [§4.1.4: 0.6]
-    aggregation: str = "grad"  # grad (Agg_grad, Eq. 16) | para (Agg_para, Eq. 17)
-    rule: str = "code"  # code (the authors' public code) | paper (Eq. 9, 12, 16 as printed)
-    max_sweeps: int = 10  # DCD sweeps over the f bits until no bit changes, at most this many
-    item_stay: str = "clients"  # rule=code, grad: the server's stay term c·d_ik (the code) | 2λ|Ω_i^s|·d_ik
-    targets: str = "code"  # code: int(R), only R > 0 trains (the authors' code) | scaled: every rating, R = f(2r − 1)
-    stay_count: str = "rated"  # |Ω_u| of the user stay term 2λ|Ω_u|·b_uk: rated (every training rating) | trained
-    cold_users: float = 0.0  # fraction of clients never trained; they learn codes by Eq. 19 before ranking
-    cold_items: float = 0.0  # fraction of rated items withheld from training; coded by Eq. 21 before ranking
-
-    def __post_init__(self) -> None:
-        check_positive("balance", self.balance, allow_zero=True)
-        check_choice("aggregation", self.aggregation, ("grad", "para"))
-        check_choice("rule", self.rule, ("code", "paper"))
-        check(self.max_sweeps >= 1, "max_sweeps", self.max_sweeps, "an integer >= 1")
-        check_choice("item_stay", self.item_stay, ("clients", "raters"))
-        check_choice("targets", self.targets, ("scaled", "code"))
-        check_choice("stay_count", self.stay_count, ("rated", "trained"))
-        check(self.item_stay == "clients" or (self.rule == "code" and self.aggregation == "grad"), "item_stay",
-              self.item_stay, "clients unless rule=code and aggregation=grad (the only server rule with a stay term)")
-        check_fraction("cold_users", self.cold_users)
-        check_fraction("cold_items", self.cold_items)
 
 
 @dataclass(frozen=True)

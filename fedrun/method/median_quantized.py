@@ -16,24 +16,15 @@ beside the paper's median cut.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
 from fedrun.backbone.mf import MF
 from fedrun.data.client_store import ClientStore
-from fedrun.errors import ConfigError, check_choice
-from fedrun.method.centralized import CentralConfig, CentralMethod
-
-
-@dataclass
-class MedianQuantizedConfig(CentralConfig):
-    cut: str = "median"  # median: each dimension cut at its median (the paper) | zero: at 0
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_choice("cut", self.cut, ("median", "zero"))
+from fedrun.errors import ConfigError
+from fedrun.method.centralized import CentralMethod
+from fedrun.method.config import CentralConfig, MedianQuantizedConfig
 
 
 def quantize(factors: torch.Tensor, cut: str = "median") -> torch.Tensor:

@@ -30,7 +30,6 @@ never their ratings).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Sequence, cast
 
 import torch
@@ -43,8 +42,8 @@ from fedrun.defense.base import Defense
 from fedrun.errors import check
 from fedrun.kernels.batching import LocalProblem
 from fedrun.kernels.guards import UploadSchema
-from fedrun.kernels.server_opt import ServerOptimizerConfig
 from fedrun.method.client import Client, ClientResult
+from fedrun.method.config import MetaMFConfig
 from fedrun.method.federated import FederatedMethod, Needs
 from fedrun.method.rating_scale import require_rating_model
 from fedrun.method.server import OptimizerServer, Server
@@ -52,20 +51,6 @@ from fedrun.types import Aggregate, RoundContext, Uploads
 
 RECEIVED = ("right", "w1", "b1", "w2", "b2")  # what a client receives besides A_u's rows (dense, per client)
 DENSE_RATIO = 64  # generate whole A_u when B·m ≤ this × the rows wanted (BLAS matmul vs gathered blocks)
-
-
-@dataclass
-class MetaMFConfig:
-    item_factors: int = 8  # s, rank of the rise-dimensional generation [LightFR Table 4]
-    user_dim: int = 32  # user embedding e_u (MetaMF code default)
-    memory: int = 128  # collaborative vector c_u (MetaMF code default)
-    hidden: int = 512  # generator hidden units (MetaMF code default)
-    server_optimizer: ServerOptimizerConfig = field(default_factory=lambda: ServerOptimizerConfig("adam", 1e-3))
-    chunk_rows: int = 4096  # A_u rows generated at once (memory: chunk_rows · s · hidden floats)
-
-    def __post_init__(self) -> None:
-        for name in ("item_factors", "user_dim", "memory", "hidden", "chunk_rows"):
-            check(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
 
 
 def linear(shape_in: int, shape_out: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

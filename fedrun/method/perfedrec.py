@@ -40,14 +40,8 @@ are the defense's ``weighting=data_size`` (the code weighs by cluster size).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from fedrun.method._personalized import PersonalizedConfig, PersonalizedMethod
-
-
-@dataclass
-class PerFedRecConfig(PersonalizedConfig):
-    """PerFedRec's settings: the family's (the authors' code's values where the paper is open)."""
+from fedrun.method._personalized import PersonalizedMethod
+from fedrun.method.config import PerFedRecConfig
 
 
 class PerFedRec(PersonalizedMethod):

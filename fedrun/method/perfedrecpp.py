@@ -29,46 +29,25 @@ The pre-training rounds' loss is Eq. 4 alone: ``backbone.l2`` enters the fine-tu
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
-from typing import ClassVar, cast
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 
 from fedrun.core import hashrng
 from fedrun.core.seeding import derive_seed, generator
-from fedrun.errors import check, check_positive
+from fedrun.errors import check
 from fedrun.kernels.batching import LocalProblem
+from fedrun.kernels.config import ClientOptimizer
 from fedrun.kernels.ego import EgoGraphs, GraphProblem
-from fedrun.kernels.local import ClientOptimizer, problem_loss
+from fedrun.kernels.local import problem_loss
 from fedrun.method._contrastive import info_nce
-from fedrun.method._personalized import PersonalizedClient, PersonalizedConfig, PersonalizedMethod
+from fedrun.method._personalized import PersonalizedClient, PersonalizedMethod
+from fedrun.method.config import PerFedRecPPConfig
 from fedrun.method.federated import Exchange
 from fedrun.privacy.base import Privacy
 
 NOISE_BITS = 24
-
-
-@dataclass
-class PretrainOptimizer(ClientOptimizer):
-    config_field: ClassVar[str] = "pretrain_optimizer"
-
-
-@dataclass
-class PerFedRecPPConfig(PersonalizedConfig):
-    pretrain_rounds: int = 10  # the paper's pre-training epochs (Fig. 6: 1, 3, 5, 10; one round each in the code)
-    pretrain_optimizer: PretrainOptimizer = field(default_factory=lambda: PretrainOptimizer("adam", 0.05))  # the code's
-    tau: float = 0.2  # InfoNCE temperature (the code)
-    user_negatives: int = 256  # users whose shared rows the server sends as negatives (the code: 256 random users)
-    view_noise: float = 0.1  # norm of the noise added to each layer of a view (Eq. 3: 1; SimGCL: 0.1)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check(self.pretrain_rounds >= 0, "pretrain_rounds", self.pretrain_rounds, "an integer >= 0")
-        check_positive("tau", self.tau)
-        check(self.user_negatives >= 0, "user_negatives", self.user_negatives,
-              "an integer >= 0 (0: the client's neighbours are its negatives)")
-        check_positive("view_noise", self.view_noise, allow_zero=True)
 
 
 class PerFedRecPPClient(PersonalizedClient):

@@ -7,17 +7,11 @@ fedrun does not: it would leak the test set).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from fedrun.kernels.env import RunEnv
 from fedrun.method.base import Method, RoundStats
-
-
-@dataclass
-class PopConfig:
-    pass
+from fedrun.method.config import PopConfig
 
 
 class Pop(Method):

@@ -32,7 +32,7 @@ accountant would count the same releases; its δ is not stated (1e-5 here, an op
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Sequence, cast
 
 import torch
@@ -40,11 +40,11 @@ import torch
 from fedrun.backbone.base import PrivateParams, PublicParams
 from fedrun.core.seeding import generator
 from fedrun.data.client_store import ClientStore
-from fedrun.errors import check, check_positive
 from fedrun.kernels.batching import LocalProblem, local_problem
-from fedrun.kernels.local import ClientOptimizer, train_local
-from fedrun.kernels.server_opt import ServerOptimizerConfig
+from fedrun.kernels.config import ServerOptimizerConfig
+from fedrun.kernels.local import train_local
 from fedrun.method.client import Client, ClientResult, ModelView
+from fedrun.method.config import PrivRecConfig
 from fedrun.method.federated import FederatedMethod, Needs
 from fedrun.method.rating_scale import RatingScale, require_rating_model
 from fedrun.method.server import OptimizerServer, Server
@@ -52,23 +52,6 @@ from fedrun.privacy.accountant import gaussian_epsilon
 from fedrun.types import Aggregate, RoundContext, Uploads
 
 USER_INIT = "user_init"
-
-
-@dataclass
-class PrivRecConfig:
-    optimizer: ClientOptimizer = field(default_factory=lambda: ClientOptimizer("sgd", 0.3))  # Reptile inner loop
-    local_steps: int = 5  # k inner steps, in training and in each client's adaptation before ranking
-    server_lr: float = 1.0  # β, Reptile's outer step
-    clip: float = 50.0  # S: bound on the L2 norm of one client's whole update [LightFR Table 4]
-    noise: float = 1.0  # z: Gaussian noise σ = zS on the sum of the round's updates [Table 4]; 0 = no DP
-    delta: float = 1e-5  # δ of the (ε, δ) the run reports (accounting only; the paper states none)
-
-    def __post_init__(self) -> None:
-        check(self.local_steps >= 1, "local_steps", self.local_steps, "an integer >= 1")
-        check_positive("server_lr", self.server_lr)
-        check_positive("clip", self.clip)
-        check_positive("noise", self.noise, allow_zero=True)
-        check(0 < self.delta < 1, "delta", self.delta, "a probability in (0, 1)")
 
 
 def clip_clients(uploads: Uploads, bound: float) -> tuple[Uploads, torch.Tensor]:

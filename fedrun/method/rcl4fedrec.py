@@ -18,32 +18,15 @@ in the loss moves (hot and sampled normal rows); popularity = the training split
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 
 from fedrun.backbone.base import Backbone, PublicParams
 from fedrun.core.seeding import generator
-from fedrun.errors import check, check_positive
-from fedrun.method._contrastive import ContrastiveConfig, ContrastiveMethod, ContrastiveServer
+from fedrun.errors import check
+from fedrun.method._contrastive import ContrastiveMethod, ContrastiveServer
+from fedrun.method.config import RCL4FedRecConfig
 from fedrun.types import RoundContext
-
-
-@dataclass
-class RCL4FedRecConfig(ContrastiveConfig):
-    regularizer: bool = True  # false: Table 4's "− regularizer" (= CL4FedRec)
-    hot_items: int = 100  # "the top 100 items that have the most number of interactions"
-    reg_sample: int = 0  # |V_sp| normal items per epoch (0: all of them)
-    reg_steps: int = 10
-    reg_lr: float = 1e-3
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check(self.hot_items >= 1, "hot_items", self.hot_items, "an integer >= 1")
-        check(self.reg_sample >= 0, "reg_sample", self.reg_sample, "an integer >= 0 (0: every normal item)")
-        check(self.reg_steps >= 1, "reg_steps", self.reg_steps, "an integer >= 1")
-        check_positive("reg_lr", self.reg_lr)
 
 
 def regularizer_loss(hot: torch.Tensor, normal: torch.Tensor, tau: float) -> torch.Tensor:

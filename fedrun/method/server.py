@@ -24,7 +24,8 @@ import torch
 
 from fedrun.backbone.base import PublicParams
 from fedrun.defense.base import Defense
-from fedrun.kernels.server_opt import ServerOptimizer, ServerOptimizerConfig
+from fedrun.kernels.config import ServerOptimizerConfig
+from fedrun.kernels.server_opt import ServerOptimizer
 from fedrun.types import Aggregate, RoundContext, Uploads
 
 

@@ -11,15 +11,8 @@ client step of CL4FedRec with ``user_cl=none`` and ``item_cl=noise`` (which is a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from fedrun.method._contrastive import ContrastiveConfig, ContrastiveMethod
-
-
-@dataclass
-class SimGCLConfig(ContrastiveConfig):
-    user_cl: str = "none"
-    item_cl: str = "noise"
+from fedrun.method._contrastive import ContrastiveMethod
+from fedrun.method.config import SimGCLConfig
 
 
 class SimGCL(ContrastiveMethod):

@@ -22,7 +22,8 @@ from fedrun.backbone.mf import MF
 from fedrun.core.seeding import generator
 from fedrun.data.client_store import ClientStore
 from fedrun.errors import ConfigError
-from fedrun.method.centralized import CentralConfig, CentralMethod
+from fedrun.method.centralized import CentralMethod
+from fedrun.method.config import CentralConfig
 from fedrun.method.rating_scale import require_rating_model
 
 

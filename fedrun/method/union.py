@@ -15,33 +15,19 @@ on ML-1M about 7× slower than CL4FedRec's; the per-positive negatives cost as m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar, cast
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 
-from fedrun.errors import check
 from fedrun.kernels.local import slot_rows
 from fedrun.method._contrastive import (
     ContrastiveClient,
-    ContrastiveConfig,
     ContrastiveMethod,
     ContrastiveProblem,
     reduce_items,
 )
-
-
-@dataclass
-class UnionConfig(ContrastiveConfig):
-    user_cl: str = "none"
-    item_cl: str = "union"
-    item_views: ClassVar[tuple[str, ...]] = ("union", "none")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check(self.num_negatives >= 1, "num_negatives", self.num_negatives,
-              "an integer >= 1 (UNION's negative items are the client's sampled negatives)")
+from fedrun.method.config import UnionConfig
 
 
 def union_contrastive(anchors: torch.Tensor, mask: torch.Tensor, negatives: torch.Tensor, tau: float,

@@ -14,8 +14,6 @@ import torch
 
 from fedrun.types import Uploads
 
-TARGETS = ("user_embedding", "item_rows")
-
 
 class Privacy:
     """Transforms what clients upload. The identity unless a subclass says otherwise."""

@@ -22,39 +22,12 @@ one the mechanism gives a whole vector, 2δ·c₁(p)/λ (2δd/λ under L∞).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import torch
 
-from fedrun.errors import check, check_choice, check_positive
-from fedrun.privacy.base import TARGETS, Privacy
+from fedrun.privacy.base import Privacy
+from fedrun.privacy.config import LDPConfig
 from fedrun.types import Uploads
-
-NORMS = ("l1", "l2", "linf")
-
-
-@dataclass
-class LDPConfig:
-    epsilon: float = 4.0  # privacy budget of one upload (FedCL: ε = 4)
-    clip: float = 1.0  # δ, the clipping threshold (FedCL: 1)
-    norm: str = "l1"  # l1 | l2 | linf: the norm clipped (FedCL: L1)
-    mechanism: str = "laplace"  # laplace | gaussian
-    delta: float = 1e-5  # δ_dp of the Gaussian mechanism
-    targets: list[str] = field(default_factory=lambda: ["user_embedding"])  # user_embedding | item_rows
-    scale: float | None = None  # Laplace λ (or Gaussian σ) per coordinate, set directly (ε is then derived)
-
-    def __post_init__(self) -> None:
-        check_positive("epsilon", self.epsilon)
-        check_positive("clip", self.clip)
-        check_choice("norm", self.norm, NORMS)
-        check_choice("mechanism", self.mechanism, ("laplace", "gaussian"))
-        check(0 < self.delta < 1, "delta", self.delta, "a number in (0, 1)")
-        check(len(self.targets) >= 1 and all(t in TARGETS for t in self.targets), "targets", list(self.targets),
-              f"a non-empty list of {', '.join(TARGETS)}")
-        if self.scale is not None:
-            check_positive("scale", self.scale)
-            check(self.mechanism == "laplace", "scale", self.scale,
-                  "null with mechanism=gaussian (set epsilon and delta instead)")
 
 
 def clip_rows(vectors: torch.Tensor, norm: str, bound: float | torch.Tensor) -> torch.Tensor:

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from fedrun.privacy.base import Privacy
+from fedrun.privacy.config import NoPrivacyConfig
 from fedrun.types import Uploads
-
-
-@dataclass
-class NoPrivacyConfig:
-    pass
 
 
 class NoPrivacy(Privacy):

@@ -25,8 +25,6 @@ import torch
 from fedrun.errors import FedrunError
 from fedrun.retrieval.search import faiss_available
 
-METHODS = ("ward", "kmeans", "none")
-
 
 @dataclass(frozen=True)
 class Clusters:

@@ -16,8 +16,6 @@ import torch
 from fedrun.backbone.base import Backbone, PublicParams
 from fedrun.errors import FedrunError
 
-ENGINES = ("auto", "faiss", "torch")
-
 
 def faiss_available() -> bool:
     logging.getLogger("faiss.loader").setLevel(logging.WARNING)  # its INFO lines list missing CPU builds

@@ -13,28 +13,18 @@ from typing import Callable, cast
 
 from tqdm import tqdm
 
-from fedrun.errors import FedrunError
 from fedrun.eval.base import Evaluator
 from fedrun.kernels.config import SimConfig
 from fedrun.kernels.guards import NumericalError, check_model
 from fedrun.method.base import Method
 from fedrun.sim.checkpoint import RunnerState, snapshot
 from fedrun.sim.round import FederatedRound
-from fedrun.sim.signals import graceful_stop
+from fedrun.sim.signals import Interrupted, graceful_stop
 from fedrun.sim.trainer import Trainer
 from fedrun.track.base import Tracker
 
 __all__ = ["Interrupted", "NumericalError", "RunResult", "log_final", "run_loop", "total_rounds"]
 log = logging.getLogger("fedrun")
-
-
-class Interrupted(FedrunError):
-    """The run stopped at a round boundary on a signal, after writing a checkpoint."""
-
-    def __init__(self, signal_name: str, rounds_done: int, checkpoint: Path | None):
-        self.signal_name = signal_name
-        resume = f"; resume with sim.resume={checkpoint}" if checkpoint else ""
-        super().__init__(f"stopped by {signal_name} after round {rounds_done}{resume}")
 
 
 @dataclass

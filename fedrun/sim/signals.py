@@ -10,7 +10,21 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from fedrun.errors import FedrunError
 from fedrun.sim.sweep import stop_requested
+
+
+class AbortedBeforeStart(KeyboardInterrupt):
+    """Ctrl-C while the data was loading or the method was being built: no run was recorded."""
+
+
+class Interrupted(FedrunError):
+    """The run stopped at a round boundary on a signal, after writing a checkpoint."""
+
+    def __init__(self, signal_name: str, rounds_done: int, checkpoint: Path | None):
+        self.signal_name = signal_name
+        resume = f"; resume with sim.resume={checkpoint}" if checkpoint else ""
+        super().__init__(f"stopped by {signal_name} after round {rounds_done}{resume}")
 
 
 class StopRequest:

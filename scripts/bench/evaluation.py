@@ -61,7 +61,8 @@ W8_SIZES = {"ml-1m": (6040, 3416), "beauty": (22363, 12101)}  # users, items (Fe
 
 
 def bench_w8(args, out: Path) -> str:
-    from fedrun.backbone.ncf import NCF, NCFConfig
+    from fedrun.backbone.config import NCFConfig
+    from fedrun.backbone.ncf import NCF
 
     device = torch.device(args.device)
     backbone = NCF(NCFConfig(dim=64, layers=[128, 64, 32]))

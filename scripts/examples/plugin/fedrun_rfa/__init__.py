@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from fedrun.defense._rows import RobustConfig, RobustDefense
+from fedrun.defense._rows import RobustDefense
+from fedrun.defense.config import RobustConfig
 from fedrun.errors import check
 
 
