@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import sys
 from pathlib import Path
+from typing import Iterator
 
 from omegaconf import OmegaConf
 
@@ -67,15 +68,16 @@ def overview() -> str:
     return "\n".join(lines)
 
 
-def compatibility(group: str, option: str) -> list[str]:
-    """For a method: each option of the partner groups, and why not where it cannot run with it."""
+def compatibility(group: str, option: str) -> Iterator[str]:
+    """For a method: each option of the partner groups, and why not where it cannot run with it (one partner group
+    at a time)."""
     if group != "method":
-        return []
+        return
     from fedrun.app.compose import compose
     from fedrun.app.plan import plan
 
-    lines = []
     for partner in PARTNERS:
+        lines = []
         ok, refused = [], []
         for other in options(partner):
             try:
@@ -88,7 +90,7 @@ def compatibility(group: str, option: str) -> list[str]:
         lines.append(f"  {partner}: {', '.join(ok) or '(none)'}")
         if refused:
             lines += [f"  {partner}, not with this method:"] + refused
-    return lines
+        yield "\n".join(lines)
 
 
 def presets_using(group: str, option: str) -> list[str]:
@@ -117,6 +119,12 @@ def settings_of(path: Path) -> list[str]:
 
 
 def describe(selection: str) -> str:
+    return "\n".join(sections(selection))
+
+
+def sections(selection: str) -> Iterator[str]:
+    """``fedrun info <group>=<option>`` part by part: what is read from files at once; the options of the other
+    groups it runs with last, as they are found (each is composed and planned: seconds, and torch, for a method)."""
     group, _, option = selection.partition("=")
     if group not in GROUPS or not option:
         raise FedrunError(f"fedrun info takes <group>=<option> with a group among {', '.join(GROUPS)}; "
@@ -141,17 +149,18 @@ def describe(selection: str) -> str:
     for step in steps:  # its measured step sizes with another backbone (conf/config.yaml: steps)
         lines += ["", f"its step sizes with backbone={step.stem} (conf/steps/{option}/{step.name}; ~steps keeps "
                       "the method's own):", *("  " + line for line in step.read_text().rstrip().splitlines())]
-    compat = compatibility(group, option)
-    if compat:
-        lines += ["", "runs with:", *compat]
     used = presets_using(group, option)
     lines += ["", "presets and rows using it: " + (", ".join(used) if used else "none")]
-    return "\n".join(lines)
+    yield "\n".join(lines)
+    if group == "method":
+        yield "\nruns with:"
+        yield from compatibility(group, option)
 
 
 def main(argv: list[str]) -> int:
     try:
-        print(describe(argv[0]) if argv else overview())
+        for part in sections(argv[0]) if argv else [overview()]:
+            print(part, flush=True)  # a method's partner list takes seconds: the rest is shown first
     except FedrunError as err:
         print(f"fedrun: error: {err}", file=sys.stderr)
         return 2
