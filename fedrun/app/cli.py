@@ -6,6 +6,7 @@ status 2; in a multirun the failed job is recorded, the sweep goes on, and it ex
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -14,7 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from fedrun.app import preflight
+from fedrun.app import composition_errors, preflight
 from fedrun.core import outdir
 from fedrun.core.choices import check_group_choices
 from fedrun.core.paths import config_dir
@@ -127,12 +128,19 @@ def main() -> None:
     except FedrunError as err:
         print(f"fedrun: error: {err}", file=sys.stderr)
         sys.exit(2)
+    full_error = os.environ.get("HYDRA_FULL_ERROR")  # set by the user: Hydra's traceback, as they asked
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises what it cannot compose instead of printing it
     try:
         hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")(_app)()
     except ValueError as err:  # Hydra's own flag check (-m with --cfg): one line, not its traceback
         if _task_started or "can be specified" not in str(err):
             raise
         print(f"fedrun: error: {err} (--cfg shows one run's config: drop -m)", file=sys.stderr)
+        sys.exit(2)
+    except Exception as err:  # a config Hydra cannot compose: worded as fedrun's errors are (a misspelt key)
+        if _task_started or full_error:
+            raise
+        print(f"fedrun: error: {composition_errors.describe(err)}", file=sys.stderr)
         sys.exit(2)
     except SystemExit as exit_:
         # Hydra reports a config it cannot compose (unknown option, bad override syntax) itself and exits 1;
