@@ -12,6 +12,8 @@ from fedrun.errors import check, check_choice, check_fraction, check_positive
 from fedrun.kernels.config import ClientOptimizer, ServerOptimizerConfig
 from fedrun.retrieval.config import HardNegativeConfig
 
+# The settings families of methods share (each option's config below restates the defaults of its paper).
+
 
 @dataclass
 class LocalTrainingConfig:
@@ -178,6 +180,9 @@ class ContrastConfig:
         check_positive("contrast.eps", self.eps, allow_zero=True)
         check_fraction("contrast.drop", self.drop, closed_low=True, closed_high=False)
         check(self.layer >= 1, "contrast.layer", self.layer, "an integer >= 1")
+
+
+# One config per option (conf/method/<option>.yaml; fedrun/method/<option>.py says which it is).
 
 
 @dataclass
