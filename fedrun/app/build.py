@@ -51,19 +51,25 @@ def resolve_target(target: str, group: str, base: type | None = None) -> type:
 def defines_class(module_name: str, class_name: str) -> bool:
     """Whether the Python source of ``module_name`` defines ``class_name`` at its top level — read, not imported
     (finding the module imports its parent packages only, as every import does)."""
+    return class_source(module_name, class_name) is not None
+
+
+def class_source(module_name: str, class_name: str) -> tuple[ast.Module, ast.ClassDef] | None:
+    """The parsed source of ``module_name`` and its top-level ``class_name``, or None where either is missing."""
     if not module_name or not class_name.isidentifier():
-        return False
+        return None
     try:
         spec = importlib.util.find_spec(module_name)
     except (ImportError, ValueError):
-        return False
+        return None
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        return False
+        return None
     try:
         tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
-        return False
-    return any(isinstance(node, ast.ClassDef) and node.name == class_name for node in tree.body)
+        return None
+    found = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == class_name]
+    return (tree, found[0]) if found else None
 
 
 def parse_config(config_cls: type[T], node: DictConfig | dict, group: str) -> T:

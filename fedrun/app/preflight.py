@@ -16,13 +16,12 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from fedrun.app.build import defines_class, parse_config, resolve_target
+from fedrun.app.build import class_source, parse_config, resolve_target
 from fedrun.core.paths import config_dir
 from fedrun.errors import ConfigError
 from fedrun.kernels.config import SimConfig
@@ -54,7 +53,8 @@ def option_config(target: str, group: str) -> type | None:
     the option's own module, where the source says so; else the class's own ``Config`` (its module imported), or
     None for a class without one (``plan`` refuses it, as not a subclass of the group's base)."""
     module_name, _, class_name = target.rpartition(".")
-    source = _config_source(module_name, class_name) if defines_class(module_name, class_name) else None
+    parsed = class_source(module_name, class_name)
+    source = _config_source(*parsed) if parsed is not None else None
     if source is not None:
         config_module, config_name = source
         try:
@@ -64,13 +64,9 @@ def option_config(target: str, group: str) -> type | None:
     return getattr(resolve_target(target, group), "Config", None)  # None: plan refuses it (not an option class)
 
 
-def _config_source(module_name: str, class_name: str) -> tuple[str, str] | None:
+def _config_source(tree: ast.Module, cls: ast.ClassDef) -> tuple[str, str] | None:
     """(module, name) of the ``Config = <Name>`` in the class body, where ``<Name>`` comes from a top-level
     ``from <module> import <Name>`` of the same source; None for anything else (inline, inherited, computed)."""
-    spec = importlib.util.find_spec(module_name)
-    assert spec is not None and spec.origin  # defines_class found it
-    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
-    cls = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == class_name)
     assigned = [node.value.id for node in cls.body if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name)
                 and any(isinstance(t, ast.Name) and t.id == "Config" for t in node.targets)]
     if len(assigned) != 1:
