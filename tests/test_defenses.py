@@ -20,7 +20,7 @@ from fedrun.defense.config import (
     TrimmedMeanConfig,
 )
 from fedrun.defense.hics import HiCS
-from fedrun.defense.krum import Krum
+from fedrun.defense.krum import Krum, krum_scores, squared_distances
 from fedrun.defense.median import Median, coordinate_median
 from fedrun.defense.multi_krum import MultiKrum
 from fedrun.defense.norm_bound import NormBound
@@ -170,6 +170,29 @@ def test_krum_scores_honest_uploads_exactly_beside_huge_ones_in_float32():
     uploads = Uploads(22, torch.arange(22), torch.zeros(22, dtype=torch.long), rows.float())
     chosen = Krum(KrumConfig(f=2)).aggregate(uploads).item_delta[0]
     torch.testing.assert_close(chosen, rows[int(scores.argmin())].float())
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), count=st.integers(3, 40), f=st.integers(0, 6), ties=st.booleans())
+def test_krum_drops_its_farthest_distances_as_a_top_k_would_bit_for_bit(seed, count, f, ties):
+    """Krum's distances come from one fused matmul, and for f ≤ 2 it zeroes each row's farthest distances by
+    repeated max passes instead of a top-k. Both must give the bits of the forms they replaced. On continuous
+    values the passes zero the positions the top-k zeroes; on tied values (small integers, whose sums float32
+    keeps exact) they may zero another position of the same value, and the scores still agree."""
+    generator = torch.Generator().manual_seed(seed)
+    values = torch.randn(7, count, 5, generator=generator)  # [g, c, d]
+    if ties:
+        values = torch.randint(-2, 3, (7, count, 5), generator=generator).float()
+    n = min(max(count - f - 2, 1), count - 1)  # neighbours scored
+    dropped = count - 1 - n
+    square = values.pow(2).sum(2)  # [g, c]; the distances in three passes, as Krum computed them before
+    distance = (square.unsqueeze(2) + square.unsqueeze(1) - 2 * values @ values.transpose(1, 2)).clamp_min(0)
+    assert torch.equal(squared_distances(values), distance)  # one fused matmul: −2 x·y is exact, same rounding
+    distance.diagonal(dim1=1, dim2=2).zero_()
+    if dropped:
+        distance.scatter_(2, distance.topk(dropped, dim=2).indices, 0.0)
+    if dropped < n:  # the branch that zeroes (the other sums the n nearest by a top-k, unchanged)
+        assert torch.equal(krum_scores(values, f, "nearest"), distance.sum(2))
 
 
 def test_sum_semantics_multiply_the_estimate_by_the_uploaders():

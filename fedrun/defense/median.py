@@ -23,8 +23,9 @@ class Median(RobustDefense):
 
 def coordinate_median(values: torch.Tensor) -> torch.Tensor:
     """values [g, c, d] → the per-coordinate median [g, d] (even c: the mean of the two middle values)."""
-    c = values.shape[1]
-    if c % 2:
-        return order_statistics(values, (c // 2,))[:, c // 2]
-    middle = order_statistics(values, (c // 2 - 1, c // 2))
-    return (middle[:, c // 2 - 1] + middle[:, c // 2]) / 2
+    half = values.shape[1] // 2
+    ordered = order_statistics(values, (half,))  # position `half` holds its order statistic, the smaller before it
+    if values.shape[1] % 2:
+        return ordered[:, half]
+    lower = ordered[:, :half].amax(dim=1)  # the (half − 1)-th smallest: the largest of those below; half a selection
+    return (lower + ordered[:, half]) / 2
