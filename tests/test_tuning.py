@@ -69,6 +69,23 @@ def test_a_preset_that_is_no_search_is_refused_by_name():
             read_search(preset)
 
 
+def test_a_search_on_another_dataset_names_it_in_its_experiment_and_its_board_command():
+    """``--dataset ml-1m``: the searches ran with ``dataset=ml-1m experiment_name=tune-<method>-ml-1m``; each best
+    setting's command runs the board on ml-1m into its own experiment, never into the ml-100k board's."""
+    search = read_search("tune/fedavg", "ml-1m")
+    assert (search.experiment, search.dataset, search.method) == ("tune-fedavg-ml-1m", "ml-1m", "fedavg")
+    assert read_search("tune/rating/fedrec", "ml-1m").experiment == "tune-rating-fedrec-ml-1m"
+    elsewhere = Search(**{**SEARCH.__dict__, "dataset": "ml-1m"})
+    row = summarise(elsewhere, trials([("FINISHED", 0.12, 0.01, 0.5)]))
+    assert row["command"] == ("fedrun -m +experiment=leaderboard/tuned method=x backbone=mf dataset=ml-1m "
+                              "experiment_name=leaderboard-tuned-ml-1m method.optimizer.lr=0.5")
+    rating = Search(**{**elsewhere.__dict__, "board": "rating"})
+    assert "experiment_name=leaderboard-tuned-rating-ml-1m " in summarise(rating, trials([("FINISHED", 1, 1, .5)]))[
+        "command"]
+    with pytest.raises(ConfigError, match="--dataset.*nope.*a dataset option: one of .*ml-1m"):
+        read_search("tune/fedavg", "nope")
+
+
 SEARCH = Search("tune/x", "tune-x", "x", "mf", "ranking", "ndcg_at_10", True,
                 {"method.optimizer.lr": "interval(0.1, 1)"}, {"method.optimizer.lr": "0.3"})
 

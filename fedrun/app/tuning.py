@@ -4,6 +4,11 @@ epoch whose model is tested), its setting beside the method's defaults, and the 
 the board's three seeds (``+experiment=leaderboard/tuned``, or ``leaderboard/tuned_rating`` for ``tune/rating/…``).
 
     python -m fedrun.app.tuning tune/fedavg tune/rating/fedrec … [--uri URI] [--out docs/leaderboard/tuned]
+        [--dataset ml-1m]
+
+``--dataset``: the same searches on another dataset than the board's (ml-100k), under the board's protocol on it:
+each search ran as ``fedrun -m +experiment=tune/<method> dataset=<d> experiment_name=tune-<method>-<d>``, and each
+best setting's command runs on that dataset into ``leaderboard-tuned-<d>`` (``…-rating-<d>``).
 
 A search is one sweep: the latest finished sweep of its experiment in the store (an earlier one, say over an older
 space, or one stopped midway, is set aside), else the ledger an earlier session committed. Writes
@@ -45,6 +50,7 @@ class Search:
     maximize: bool
     space: dict[str, str]
     defaults: dict[str, str]
+    dataset: str | None = None  # another dataset than the board's (``--dataset``): named in every experiment
 
 
 def declared_space(preset: str) -> dict[str, str]:
@@ -61,17 +67,21 @@ def search_presets() -> list[str]:
 BOARD_PRESETS = {"ranking": "leaderboard/tuned", "rating": "leaderboard/tuned_rating"}  # where a best setting runs
 
 
-def read_search(preset: str) -> Search:
-    """The search ``+experiment=<preset>`` runs, from its file (the space) and its composed config (the rest)."""
+def read_search(preset: str, dataset: str | None = None) -> Search:
+    """The search ``+experiment=<preset>`` runs, from its file (the space) and its composed config (the rest); with
+    ``dataset``, the same search on that dataset, its experiment named ``<the preset's>-<dataset>``."""
     space = declared_space(preset) if preset.startswith("tune/") and preset in options("experiment") else {}
     if not space:
         raise ConfigError("search", preset, f"a search preset: one of {', '.join(search_presets())}")
-    cfg = compose([f"+experiment={preset}"], keep_hydra=True)
+    if dataset is not None and dataset not in options("dataset"):
+        raise ConfigError("--dataset", dataset, f"a dataset option: one of {', '.join(options('dataset'))}")
+    cfg = compose([f"+experiment={preset}"] + ([f"dataset={dataset}"] if dataset else []), keep_hydra=True)
     direction = str(cfg.hydra.sweeper.direction).rsplit(".", 1)[-1]  # "minimize", or the enum Direction.minimize
     board = "rating" if cfg.eval.kind == "rating" else "ranking"
-    return Search(preset, str(cfg.experiment_name), str(cfg.choices.method), str(cfg.choices.backbone), board,
+    experiment = f"{cfg.experiment_name}-{dataset}" if dataset else str(cfg.experiment_name)
+    return Search(preset, experiment, str(cfg.choices.method), str(cfg.choices.backbone), board,
                   str(cfg.eval.monitor), direction != "minimize", space,
-                  {k: str(OmegaConf.select(cfg, k)) for k in space})
+                  {k: str(OmegaConf.select(cfg, k)) for k in space}, dataset)
 
 
 def best_trial(search: Search, trials: pd.DataFrame) -> pd.Series | None:
@@ -112,9 +122,14 @@ def at_edge(space: str, value: str) -> bool:
 
 
 def command(search: Search, values: dict[str, str]) -> str:
+    board = BOARD_PRESETS[search.board]
     overrides = " ".join(f"{k}={v}" for k, v in values.items())
-    return (f"fedrun -m +experiment={BOARD_PRESETS[search.board]} method={search.method} backbone={search.backbone} "
-            f"{overrides}").strip()
+    elsewhere = ""
+    if search.dataset:  # the board on another dataset: its own experiment, named as the searches are
+        name = OmegaConf.load(option_file("experiment", board)).experiment_name
+        elsewhere = f" dataset={search.dataset} experiment_name={name}-{search.dataset}"
+    selection = f"method={search.method} backbone={search.backbone}{elsewhere}"
+    return f"fedrun -m +experiment={board} {selection} {overrides}".strip()
 
 
 def summarise(search: Search, trials: pd.DataFrame) -> dict[str, object]:
@@ -179,9 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("presets", nargs="+", help="search presets: tune/<method>")
     parser.add_argument("--uri", default=None, help="tracking URI (default: $MLFLOW_TRACKING_URI or outputs/mlflow.db)")
     parser.add_argument("--out", type=Path, default=Path("docs/leaderboard/tuned"))
+    parser.add_argument("--dataset", default=None, help="the searches on this dataset instead of the board's")
     args = parser.parse_args(argv)
     try:
-        searches = [read_search(preset) for preset in args.presets]
+        searches = [read_search(preset, args.dataset) for preset in args.presets]
     except ConfigError as err:
         parser.error(str(err))
     client = open_client(args.uri or default_uri())
