@@ -21,6 +21,9 @@ class ConfigError(FedrunError):
             shown = f"{shown[:SHOWN_CHARS]}… ({len(str(value))} characters)"
         super().__init__(f"{field}={shown} is not allowed: expected {allowed}.")
 
+    def __reduce__(self) -> tuple[type, tuple[str, Any, str]]:  # pickled by its fields (fedrun.track.recorder)
+        return ConfigError, (self.field, self.value, self.allowed)
+
     def prefixed(self, group: str) -> "ConfigError":
         field = self.field if self.field.startswith(group + ".") else f"{group}.{self.field}"
         return ConfigError(field, self.value, self.allowed)

@@ -42,6 +42,8 @@ def _app(cfg: DictConfig) -> float | None:
         return None
     try:
         refuse_early(cfg, sweep, hydra_cfg.job.num if multirun else None)
+        if not multirun:
+            prestart_recorder(cfg)
         set_threads(cfg.sim.get("threads"), hydra_cfg.launcher.get("n_jobs") if multirun else None)
         from fedrun.app import experiment
 
@@ -81,6 +83,20 @@ def refuse_early(cfg: DictConfig, sweep: str | None, job: int | None) -> None:
 
             record_failure(cfg, err, sweep, job)
         raise
+
+
+def prestart_recorder(cfg: DictConfig) -> None:
+    """A single run that records to MLflow starts MLflow's client in a second process now, before torch loads here
+    (``fedrun.track.recorder``: MLflow's import, ~3.5 s, then overlaps torch's and the data's); ``track.process=false``
+    records in this process. Rank 0 only: the other ranks of a distributed run record nothing."""
+    if records_from_a_process(cfg.track, os.environ.get("RANK", "0")):
+        from fedrun.track.recorder import prestart
+
+        prestart()
+
+
+def records_from_a_process(track: DictConfig, rank: str) -> bool:
+    return track.get("_target_") == "fedrun.track.mlflow.Mlflow" and track.get("process") is True and rank == "0"
 
 
 def set_threads(threads: int | None, parallel_jobs: int | None) -> None:

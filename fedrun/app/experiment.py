@@ -37,6 +37,7 @@ from fedrun.sim.sweep import marker as sweep_marker
 from fedrun.store.calls import TrackingError
 from fedrun.store.runs import RESUMED_FROM
 from fedrun.track.base import Tracker
+from fedrun.track.recorder import remote_or_local
 
 log = logging.getLogger("fedrun")
 def config_params(cfg: DictConfig, resolve: bool) -> dict[str, Any]:
@@ -291,7 +292,7 @@ def record_failure(cfg: DictConfig, err: Exception, sweep: str | None, job: int 
     if sweep is None and isinstance(err, ConfigError):
         return
     try:
-        tracker = build(cfg.track, "track", Tracker)  # tracking off (``track=none``) records nothing
+        tracker = remote_or_local(build(cfg.track, "track", Tracker))  # tracking off (``track=none``) records nothing
     except FedrunError:
         return  # the tracker's own config is what failed: there is nowhere to record
     try:

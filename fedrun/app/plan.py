@@ -37,6 +37,7 @@ from fedrun.sim.round import FederatedRound
 from fedrun.sim.trainer import Trainer, trainer_for
 from fedrun.store.runs import check_experiment_name
 from fedrun.track.base import Tracker
+from fedrun.track.recorder import remote_or_local
 
 log = logging.getLogger("fedrun")
 
@@ -82,7 +83,7 @@ def plan(cfg: DictConfig) -> Plan:
             raise ConfigError(f"{group}._target_", target, "the class implementing this option")
         classes[group] = resolve_target(target, group, base)
         configs[group] = parse_config(classes[group].Config, cfg[group], group)
-    tracker = build(cfg.track, "track", Tracker)
+    tracker = remote_or_local(build(cfg.track, "track", Tracker))
     p = Plan(
         dataset=build(cfg.dataset, "dataset", Dataset),
         backbone=build(cfg.backbone, "backbone", Backbone),

@@ -44,6 +44,7 @@ class MlflowConfig:
     uri: str | None = None  # tracking URI; default $MLFLOW_TRACKING_URI or sqlite:///outputs/mlflow.db
     experiment: str | None = None  # default: the experiment preset's name, else the dataset's
     flush_every: int = 200  # buffered metric values before a log_batch call
+    process: bool = True  # a single run from the command line records from a second process (fedrun.track.recorder)
 
     def __post_init__(self) -> None:
         check(self.flush_every >= 1, "flush_every", self.flush_every, "an integer >= 1")
@@ -155,12 +156,21 @@ class Mlflow(Tracker):
                 self.client.log_artifact(self._run_id, str(path), CHECKPOINT_DIR)
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        from mlflow.entities import Metric
-
-        now = int(time.time() * 1000)
-        self._buffer.extend(Metric(names.grouped(k), float(v), now, step) for k, v in metrics.items())
+        self._buffered(metrics, step, int(time.time() * 1000))
         if len(self._buffer) >= self.config.flush_every:
             self.flush()
+
+    def log_logged(self, logged: list[tuple[dict[str, float], int, int]]) -> None:
+        """Metrics logged earlier in another process (``fedrun.track.recorder``), each with its step and the time
+        it was logged (ms): all buffered, then sent."""
+        for metrics, step, logged_ms in logged:
+            self._buffered(metrics, step, logged_ms)
+        self.flush()
+
+    def _buffered(self, metrics: dict[str, float], step: int, logged_ms: int) -> None:
+        from mlflow.entities import Metric
+
+        self._buffer.extend(Metric(names.grouped(k), float(v), logged_ms, step) for k, v in metrics.items())
 
     def flush(self) -> None:
         if self._run_id is None or not self._buffer:

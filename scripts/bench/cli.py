@@ -1,5 +1,6 @@
 """How long the command line takes to answer (issue #66): help, info, a misspelt option, a refused value, ``--cfg``,
-and the tracking store's start-up, each in a fresh process, with whether that process imported torch / MLflow.
+the tracking store's start-up, and a one-epoch run with MLflow's client in a second process or in the run's own,
+each in a fresh process, with whether that process imported torch / MLflow.
 
     python scripts/bench/cli.py --repeats 5
 
@@ -34,6 +35,9 @@ COMMANDS = {
     "refused value (method=fedcl method.optimizer.lr=abc)": ["method=fedcl", "method.optimizer.lr=abc"],
     "fedrun --cfg job": ["--cfg", "job"],
 }
+
+QUICK_RUN = ["dataset=synthetic", "dataset.n_users=200", "dataset.n_items=300", "sim.clients_per_round=64",
+             "sim.epochs=1", "sim.progress=false"]
 
 TRACKING_START = """
 import time
@@ -82,6 +86,9 @@ def main() -> None:
                        cwd=scratch, env=env)  # the store's first use creates its tables: not what a later run pays
         cases["tracking start-up (create a run in an existing SQLite store)"] = [
             "-c", TRACKING_START.format(uri=uri)]
+        for process in ("true", "false"):  # MLflow's client in a second process (fedrun.track.recorder) or here
+            cases[f"one-epoch run, track.process={process}"] = ["-m", "fedrun", *QUICK_RUN, f"track.uri={uri}",
+                                                                f"track.process={process}"]
         for name, argv in cases.items():
             runs = [timed(argv, env, scratch) for _ in range(args.repeats)]
             imported = sorted(set().union(*(r[3] for r in runs)))
