@@ -80,3 +80,35 @@ def test_the_overview_and_a_misspelt_option_answer_without_torch_or_mlflow():
 def test_a_method_shows_its_steps_with_other_backbones():
     text = describe("method=fedavg")
     assert "its step sizes with backbone=ncf (conf/steps/fedavg/ncf.yaml; ~steps keeps the method's own)" in text
+
+
+def test_a_methods_partner_list_is_read_from_the_cache_the_first_listing_wrote(monkeypatch):
+    """Issue #66: the list composes and plans ~37 pairs (seconds); a second ``fedrun info method=<m>`` reads it back,
+    without torch, and sources that change give another key."""
+    import sys
+
+    from fedrun.app import info
+
+    composed = list(info.compatibility("method", "fedavg"))
+    code = ("import sys\nfrom fedrun.app import info\n"
+            "print(repr(list(info.compatibility('method', 'fedavg'))))\nprint('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    listed, torch_loaded = done.stdout.strip().rsplit("\n", 1)
+    assert listed == repr(composed) and torch_loaded == "False"
+    key = info.partners_key("fedavg")
+    assert key is not None and key != info.partners_key("fedcl")
+
+
+def test_the_partner_cache_key_follows_the_configs_and_stands_aside_for_plugins(tmp_path, monkeypatch):
+    import shutil
+
+    from fedrun.app import info
+
+    copy = tmp_path / "conf"
+    shutil.copytree(config_dir(), copy)
+    monkeypatch.setattr(info, "config_dir", lambda: str(copy))
+    before = info.partners_key("fedavg")
+    (copy / "method" / "fedavg.yaml").write_text((copy / "method" / "fedavg.yaml").read_text() + "\n# changed\n")
+    assert info.partners_key("fedavg") != before
+    monkeypatch.setenv("FEDRUN_PLUGINS", str(copy))
+    assert info.partners_key("fedavg") is None  # a plugin's code may live anywhere: composed every time

@@ -10,8 +10,11 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib
 import importlib.util
+import json
+import os
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -19,7 +22,7 @@ from typing import Iterator
 from omegaconf import OmegaConf
 
 from fedrun.core.choices import option_file, options
-from fedrun.core.paths import config_dir
+from fedrun.core.paths import cache_dir, config_dir
 from fedrun.errors import FedrunError
 
 GROUPS = ("dataset", "backbone", "method", "privacy", "attack", "defense", "eval", "track")
@@ -70,9 +73,54 @@ def overview() -> str:
 
 def compatibility(group: str, option: str) -> Iterator[str]:
     """For a method: each option of the partner groups, and why not where it cannot run with it (one partner group
-    at a time)."""
+    at a time). Composing and planning the method with each of ~37 partner options takes seconds, so the list is
+    kept in fedrun's cache under a digest of everything it depends on (``partners_key``) and read from there."""
     if group != "method":
         return
+    key = partners_key(option)
+    cached = cache_dir() / "info" / f"partners-{option}-{key}.json" if key else None
+    if cached is not None and cached.exists():
+        yield from json.loads(cached.read_text())
+        return
+    parts = []
+    for part in composed_partners(option):
+        parts.append(part)
+        yield part
+    if cached is not None:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        for stale in cached.parent.glob(f"partners-{option}-*.json"):  # the list of sources that changed since
+            stale.unlink(missing_ok=True)
+        temporary = cached.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(parts))
+        temporary.replace(cached)
+
+
+def partners_key(option: str) -> str | None:
+    """A digest of what a method's partner list depends on: fedrun's sources and ``conf/`` (every class's declared
+    capabilities, every option's defaults) and the versions of Python and of the libraries that compose and check.
+    None, and no cache, with a plugin (its code may live anywhere) or in a distributed run's environment (its world
+    size takes part in the checks)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from fedrun.core.plugins import plugin_conf_dirs
+
+    if plugin_conf_dirs() or "WORLD_SIZE" in os.environ:
+        return None
+    digest = hashlib.sha256(f"{option}\n{sys.version}\n".encode())
+    for package_name in ("torch", "hydra-core", "omegaconf", "faiss-cpu", "faiss-gpu"):
+        try:
+            digest.update(f"{package_name} {version(package_name)}\n".encode())
+        except PackageNotFoundError:
+            pass
+    package = Path(__file__).resolve().parents[1]
+    for root, pattern in ((package, "*.py"), (Path(config_dir()), "*.yaml")):
+        for path in sorted(root.rglob(pattern)):
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:24]
+
+
+def composed_partners(option: str) -> Iterator[str]:
+    """Each partner group's options for ``method=option``, found by composing and planning each pair."""
     from fedrun.app.compose import compose
     from fedrun.app.plan import plan
 
