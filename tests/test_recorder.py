@@ -89,6 +89,25 @@ def test_an_error_in_the_recorder_is_raised_by_the_call_that_caused_it(recorder,
     assert str(through_recorder.value) == str(in_process.value) and through_recorder.value.field == "sim.resume"
 
 
+def test_an_answer_whose_wait_a_ctrl_c_cut_short_is_skipped_by_the_next_call(recorder, tmp_path, monkeypatch):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = recorder.tracker(MlflowConfig(uri=uri))
+    tracker.start("cut-short", "run", {}, {})
+    waiting = recorder.connection.poll
+
+    def interrupted(timeout=None):
+        monkeypatch.setattr(recorder.connection, "poll", waiting)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(recorder.connection, "poll", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        tracker.set_tags({"fedrun.below_floor": "true"})  # answered None, never read
+    assert tracker.link().startswith("MLflow run")  # its own answer, not the skipped one
+    tracker.finish("KILLED", "SIGINT")
+    run = MlflowClient(uri).get_run(tracker.run_id)
+    assert run.info.status == "KILLED" and run.data.tags["fedrun.below_floor"] == "true"  # the cut call still ran
+
+
 def test_an_error_that_cannot_travel_arrives_as_its_message():
     class Unpicklable(FedrunError):
         def __init__(self, what, why):

@@ -32,6 +32,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from fedrun.core.interrupts import interrupts_deferred
 from fedrun.errors import FedrunError
 from fedrun.store.calls import TrackingError
 from fedrun.track.base import Tracker
@@ -57,15 +58,27 @@ class Recorder:
         child_end.close()
         self.connection = Connection(parent_end.detach())
         self.keys = 0
+        self.sequence = 0  # of the last call sent
         self.run_ids: dict[int, str | None] = {}  # each tracker's run, as of the last answer
         self.used = False
 
     def call(self, key: int, name: str, *args: Any) -> Any:
-        """``name(*args)`` of tracker ``key`` in the recorder process; its result, or its error raised here."""
+        """``name(*args)`` of tracker ``key`` in the recorder process; its result, or its error raised here.
+
+        A message is sent and read whole (signals wait: ``interrupts_deferred``), but the wait for the answer can be
+        cut short by Ctrl-C: the recorder still finishes that call (it ignores the signal), and its answer, numbered,
+        is skipped by the next call, which reads on to its own."""
         self.used = True
+        self.sequence += 1
         try:
-            self.connection.send((key, name, args))
-            outcome, value, run_id = self.connection.recv()
+            with interrupts_deferred():
+                self.connection.send((self.sequence, key, name, args))
+            while True:
+                self.connection.poll(None)  # the wait a Ctrl-C may end
+                with interrupts_deferred():
+                    answered, outcome, value, run_id = self.connection.recv()
+                if answered == self.sequence:
+                    break
         except (EOFError, OSError):
             code = self.process.poll()
             raise RecorderGone(f"the MLflow recorder process ended (exit status {code}) during '{name}'; its own "
@@ -199,8 +212,8 @@ def portable(err: BaseException) -> BaseException:
 
 
 def serve(connection: Connection) -> None:
-    """Answer calls until the main process closes its end: each a (tracker key, method, arguments) triple, each
-    answer an (outcome, value, the tracker's run id) triple."""
+    """Answer calls until the main process closes its end: each a (number, tracker key, method, arguments), each
+    answer a (the call's number, outcome, value, the tracker's run id)."""
     import mlflow.store.tracking.sqlalchemy_store  # noqa: F401  (MLflow and its SQL store: while torch loads there)
 
     from fedrun.track.mlflow import Mlflow
@@ -208,7 +221,7 @@ def serve(connection: Connection) -> None:
     trackers: dict[int, Mlflow] = {}
     while True:
         try:
-            key, name, args = connection.recv()
+            sequence, key, name, args = connection.recv()
         except EOFError:
             return
         try:
@@ -220,7 +233,7 @@ def serve(connection: Connection) -> None:
             reply = ("ok", result)
         except BaseException as err:  # every error goes back to the call that caused it
             reply = ("error", portable(err))
-        connection.send((*reply, trackers[key].run_id if key in trackers else None))
+        connection.send((sequence, *reply, trackers[key].run_id if key in trackers else None))
 
 
 def main() -> None:
