@@ -330,3 +330,15 @@ def test_a_resumed_run_keeps_its_earlier_stops_as_history_not_as_its_failure_rea
     assert "fedrun.failure_reason" not in record.data.tags
     assert record.data.tags["fedrun.earlier_stops"] == ("stopped by SIGTERM after round 3\n"
                                                         "stopped by SIGTERM after round 7")
+
+
+def test_an_experiment_deleted_in_the_store_is_refused_by_name_with_how_to_restore_it(tmp_path):
+    """MLflow keeps a deleted experiment's name and refused the run with "must be in the 'active' state"."""
+    from fedrun.errors import ConfigError
+    from fedrun.track.mlflow import Mlflow, MlflowConfig
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    client.delete_experiment(client.create_experiment("gone"))
+    with pytest.raises(ConfigError, match=r"experiment_name='gone'.*mlflow experiments restore --experiment-id"):
+        Mlflow(MlflowConfig(uri=uri)).start("gone", "run", {}, {})

@@ -268,6 +268,11 @@ def experiment_id(client, name: str) -> str:
     from mlflow.exceptions import MlflowException
 
     existing = client.get_experiment_by_name(name)
+    if existing is not None and existing.lifecycle_stage == "deleted":  # MLflow keeps the name, refuses new runs
+        raise ConfigError("experiment_name", name, f"an experiment name that is not deleted in "
+                          f"{hide_password(client.tracking_uri)}: restore it (`mlflow experiments restore "
+                          f"--experiment-id {existing.experiment_id}` with MLFLOW_TRACKING_URI set to the store) or "
+                          "choose another name")
     if existing is not None:
         return existing.experiment_id
     location = None
