@@ -195,3 +195,26 @@ def test_the_command_line_records_from_a_process_for_mlflow_on_rank_0_unless_tol
     from tests.conftest import compose_cfg
 
     assert records_from_a_process(compose_cfg(["dataset=synthetic", *overrides]).track, rank) is expected
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["method=fedcl"], True), (["-m", "sim.seed=1,2"], False), (["--cfg", "job"], False), (["track=none"], False),
+    (["track.process=false"], False), (["--multirun", "x=1"], False), (["--info=config"], False)])
+def test_the_entry_point_starts_the_recorder_only_for_what_may_be_a_single_recorded_run(argv, expected, monkeypatch):
+    from fedrun.app.entry import may_record_from_a_process
+
+    monkeypatch.delenv("RANK", raising=False)
+    assert may_record_from_a_process(argv) is expected
+    monkeypatch.setenv("RANK", "1")
+    assert may_record_from_a_process(argv) is False
+
+
+def test_a_recorder_no_run_used_is_discarded(monkeypatch):
+    from fedrun.track import recorder as module
+
+    monkeypatch.setattr(module, "_recorder", None)
+    module.prestart()
+    started = module._recorder
+    assert started is not None
+    module.discard()
+    assert module._recorder is None and started.process.poll() is not None

@@ -42,8 +42,7 @@ def _app(cfg: DictConfig) -> float | None:
         return None
     try:
         refuse_early(cfg, sweep, hydra_cfg.job.num if multirun else None)
-        if not multirun:
-            prestart_recorder(cfg)
+        prestart_recorder(cfg, multirun)
         set_threads(cfg.sim.get("threads"), hydra_cfg.launcher.get("n_jobs") if multirun else None)
         from fedrun.app import experiment
 
@@ -85,14 +84,17 @@ def refuse_early(cfg: DictConfig, sweep: str | None, job: int | None) -> None:
         raise
 
 
-def prestart_recorder(cfg: DictConfig) -> None:
-    """A single run that records to MLflow starts MLflow's client in a second process now, before torch loads here
-    (``fedrun.track.recorder``: MLflow's import, ~3.5 s, then overlaps torch's and the data's); ``track.process=false``
-    records in this process. Rank 0 only: the other ranks of a distributed run record nothing."""
-    if records_from_a_process(cfg.track, os.environ.get("RANK", "0")):
-        from fedrun.track.recorder import prestart
+def prestart_recorder(cfg: DictConfig, multirun: bool) -> None:
+    """A single run that records to MLflow has MLflow's client in a second process, started by the entry point
+    before Hydra loaded or else now, before torch loads here (``fedrun.track.recorder``: MLflow's import, ~3.5 s,
+    overlaps torch's and the data's); ``track.process=false`` records in this process. Rank 0 only: the other ranks
+    of a distributed run record nothing. Any other run ends a recorder the entry point started."""
+    from fedrun.track.recorder import discard, prestart
 
+    if not multirun and records_from_a_process(cfg.track, os.environ.get("RANK", "0")):
         prestart()
+    else:
+        discard()
 
 
 def records_from_a_process(track: DictConfig, rank: str) -> bool:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -38,6 +39,21 @@ def main() -> None:
         except FedrunError as err:
             print(f"fedrun: error: {err}", file=sys.stderr)
             sys.exit(2)
+    if may_record_from_a_process(sys.argv[1:]):
+        from fedrun.track.recorder import prestart
+
+        prestart()  # MLflow imports there while Hydra composes and torch loads here (the app ends it if unused)
     from fedrun.app.cli import main as app
 
     app()
+
+
+NOT_A_SINGLE_RUN = ("-m", "--multirun", "--cfg", "-c", "--info", "-i", "--hydra-help", "--shell-completion", "-sc",
+                    "--help", "-h", "track=none", "track.process=false", "hydra.mode=MULTIRUN")
+
+
+def may_record_from_a_process(argv: list[str]) -> bool:
+    """Whether this command may be a single run recording to MLflow (``fedrun.track.recorder``): not a sweep, not a
+    question about the config, tracking not turned off on the command line. The app decides once composed."""
+    return not any(arg in NOT_A_SINGLE_RUN or arg.startswith(("--cfg=", "--info=")) for arg in argv) \
+        and os.environ.get("RANK", "0") == "0"

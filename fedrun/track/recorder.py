@@ -2,9 +2,10 @@
 
 ``import mlflow`` takes about 2 s on this machine (its GenAI, data and gateway modules load eagerly, pandas with
 them) and its SQL store's modules another 1.5 s: all on one core, before a run could record anything, and no
-switch of MLflow's turns it off. A single run of ``fedrun`` (``fedrun.app.cli``) therefore starts this process
-(``prestart``) as soon as its config has passed the preflight checks. The process imports MLflow on another core
-while the main one imports torch and loads the data, and the run's ``track=mlflow`` tracker then lives in it:
+switch of MLflow's turns it off. What may be a single run of ``fedrun`` therefore starts this process (``prestart``)
+before Hydra loads (``fedrun.app.entry``); the app ends it unused if the composed config does not record from a
+process (``fedrun.app.cli``). The process imports MLflow on another core while the main one composes, imports
+torch and loads the data, and the run's ``track=mlflow`` tracker then lives in it:
 ``Remote`` forwards each call and raises, in the main process and at the same call, every error the store raises.
 
 - Metrics are buffered on the main side and sent in the tracker's own batches (``track.flush_every`` values), each
@@ -181,11 +182,21 @@ _recorder: Recorder | None = None
 
 
 def prestart() -> None:
-    """Start this process's recorder (once): the command line calls it for a single run that records to MLflow."""
+    """Start this process's recorder (once): the command line calls it for what may be a single run recording to
+    MLflow (``fedrun.app.entry``, before Hydra loads), and the app once its config says so."""
     global _recorder
     if _recorder is None:
         _recorder = Recorder()
         atexit.register(_recorder.close)
+
+
+def discard() -> None:
+    """End this process's recorder if no run has used it (the config turned out not to record from a process)."""
+    global _recorder
+    if _recorder is not None and not _recorder.used:
+        _recorder.close()
+        atexit.unregister(_recorder.close)
+        _recorder = None
 
 
 def remote_or_local(tracker: Tracker) -> Tracker:

@@ -92,6 +92,8 @@ def main() -> None:
         for process in ("true", "false"):  # MLflow's client in a second process (fedrun.track.recorder) or here
             cases[f"one-epoch run, track.process={process}"] = ["-m", "fedrun", *QUICK_RUN, f"track.uri={uri}",
                                                                 f"track.process={process}"]
+        cases["one-epoch run, track=none (what tracking adds to the two above)"] = ["-m", "fedrun", *QUICK_RUN,
+                                                                                    "track=none"]
         for name, argv in cases.items():
             runs = []
             for _ in range(args.repeats):
