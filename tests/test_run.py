@@ -485,6 +485,9 @@ def test_an_interrupt_while_the_run_is_being_built_records_nothing_and_says_so(m
         cli._app(cfg)
     assert exited.value.code == 130
     assert "interrupted before the run started; nothing was recorded" in capsys.readouterr().err
+    from fedrun.track import recorder
+
+    assert recorder._recorder is None  # the run's recorder ended with it: later runs here record as configured
 
 
 def test_collapse_is_detected_on_tied_scores_only():

@@ -32,6 +32,15 @@ launchers.register()
 def _app(cfg: DictConfig) -> float | None:
     global _task_started
     _task_started = True
+    from fedrun.track.recorder import end
+
+    try:
+        return _task(cfg)
+    finally:
+        end()  # the run is over: its recorder too (a later run in this process starts its own)
+
+
+def _task(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     sweep = hydra_cfg.sweep.dir if multirun else None

@@ -190,6 +190,15 @@ def prestart() -> None:
         atexit.register(_recorder.close)
 
 
+def end() -> None:
+    """End this process's recorder, used or not: its run is over (``fedrun.app.cli``)."""
+    global _recorder
+    if _recorder is not None:
+        _recorder.close()
+        atexit.unregister(_recorder.close)
+        _recorder = None
+
+
 def discard() -> None:
     """End this process's recorder if no run has used it (the config turned out not to record from a process)."""
     global _recorder
