@@ -118,6 +118,16 @@ def test_an_error_that_cannot_travel_arrives_as_its_message():
     except Unpicklable as err:
         arrived = portable(err)
     assert type(arrived) is TrackingError and str(arrived) == "store: gone"
+
+    def failing_in_the_store():
+        raise ValueError(lambda: None)  # a lambda inside: no way to send it whole
+
+    try:
+        failing_in_the_store()
+    except Exception as err:
+        arrived = portable(err)
+    assert type(arrived) is RuntimeError and "failing_in_the_store" in str(arrived)  # the error's own traceback,
+    assert "pickl" not in str(arrived).lower()  # not the pickling failure's
     assert portable(ConfigError("sim.resume", "x", "a path")).field == "sim.resume"
 
 

@@ -201,11 +201,8 @@ def end() -> None:
 
 def discard() -> None:
     """End this process's recorder if no run has used it (the config turned out not to record from a process)."""
-    global _recorder
     if _recorder is not None and not _recorder.used:
-        _recorder.close()
-        atexit.unregister(_recorder.close)
-        _recorder = None
+        end()
 
 
 def remote_or_local(tracker: Tracker) -> Tracker:
@@ -225,10 +222,10 @@ def portable(err: BaseException) -> BaseException:
         pickle.loads(pickle.dumps(err))
         return err
     except Exception:
-        text = "".join(traceback.format_exception_only(type(err), err)).strip()
         if isinstance(err, FedrunError):
             return TrackingError(str(err))
-        return RuntimeError(f"the MLflow recorder process failed: {text}\n{traceback.format_exc()}")
+        trace = "".join(traceback.format_exception(type(err), err, err.__traceback__)).strip()  # err's, not pickle's
+        return RuntimeError(f"the MLflow recorder process failed:\n{trace}")
 
 
 def serve(connection: Connection) -> None:
