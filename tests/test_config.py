@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,9 @@ BAD = [
     ("sim.checkpoint_dir=''", "sim.checkpoint_dir"),
     ("sim.resume=''", "sim.resume"),
     ("sim.epochs=abc", "sim.epochs"),
+    ("sim.keep_best=2", "sim.keep_best"),  # OmegaConf alone reads a number or "yes" given to a switch as true
+    ("sim.progress=yes", "sim.progress"),
+    ("method.resample_negatives=0", "method.resample_negatives"),
     ("method.optimizer.lr=-1", "method.optimizer.lr"),
     ("method.optimizer.name=rmsprop", "method.optimizer.name"),
     ("+method.foo=1", "method.foo"),
@@ -416,3 +420,26 @@ def test_a_misspelt_steps_choice_is_refused_by_name():
 
     with pytest.raises(ConfigError, match=r"steps.*fedavg/ncff.*fedavg/ncf"):
         check_group_choices(["steps=fedavg/ncff"])
+
+
+@dataclasses.dataclass
+class _Switches:
+    switch: bool = False
+    maybe: bool | None = None
+
+
+@dataclasses.dataclass
+class _Nested:
+    inner: _Switches = dataclasses.field(default_factory=_Switches)
+    count: int = 1
+
+
+def test_a_boolean_field_takes_only_true_or_false_at_any_depth():
+    parsed = parse_config(_Nested, {"inner": {"switch": True, "maybe": None}, "count": 2}, "g")
+    assert parsed.inner.switch is True and parsed.count == 2
+    for given in (1, 0, "true", "no", 2.0):
+        with pytest.raises(ConfigError) as err:
+            parse_config(_Nested, {"inner": {"switch": given}}, "g")
+        assert err.value.field == "g.inner.switch" and err.value.value == given
+    with pytest.raises(ConfigError, match="true or false"):
+        parse_config(_Nested, {"inner": {"maybe": 1}}, "g")

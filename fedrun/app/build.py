@@ -81,6 +81,9 @@ def parse_config(config_cls: type[T], node: DictConfig | dict, group: str) -> T:
         if key not in fields:
             allowed = "one of the fields " + ", ".join(fields) if fields else "nothing: this option takes no fields"
             raise ConfigError(f"{group}.{key}", values[key], allowed)
+    loose = loose_boolean(config_cls, values)
+    if loose is not None:
+        raise ConfigError(f"{group}.{loose[0]}", loose[1], "true or false")
     try:
         merged = OmegaConf.merge(OmegaConf.structured(config_cls), values)
         config = OmegaConf.to_object(merged)
@@ -97,6 +100,31 @@ def parse_config(config_cls: type[T], node: DictConfig | dict, group: str) -> T:
     if bad is not None:
         raise ConfigError(f"{group}.{bad[0]}", bad[1], "a finite number")
     return config
+
+
+def loose_boolean(config_cls: type, values: dict, path: str = "") -> tuple[str, Any] | None:
+    """The first (dotted field, value) where a boolean field is given anything but true, false (or null where the
+    field allows it), else None. OmegaConf reads ``2``, ``"1"`` and ``"yes"`` as true; a typo or a number given
+    to a switch (``sim.keep_best=2``) should not silently turn it on."""
+    hints = typing.get_type_hints(config_cls)
+    for key, value in values.items():
+        declared = hints.get(key)
+        if declared is None or value is None:
+            continue
+        if dataclasses.is_dataclass(declared) and isinstance(value, dict):
+            found = loose_boolean(declared, value, f"{path}{key}.")
+            if found is not None:
+                return found
+        elif _is_boolean(declared) and not isinstance(value, bool):
+            return f"{path}{key}", value
+    return None
+
+
+def _is_boolean(tp: Any) -> bool:
+    """Whether a declared type is ``bool`` or ``bool | None``."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return [option for option in typing.get_args(tp) if option is not type(None)] == [bool]
+    return tp is bool
 
 
 def non_finite(value: Any, path: str = "") -> tuple[str, float] | None:
