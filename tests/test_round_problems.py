@@ -4,6 +4,7 @@ twin, the process heap kept between rounds, and plain SGD's step without the opt
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -96,6 +97,19 @@ def test_one_deduplication_for_the_round_gives_each_buckets_own_table():
             for field in ("items", "item_mask", "pos_slot", "neg_slot", "extra_slot"):
                 left, right = getattr(problem, field), getattr(alone, field)
                 assert (left is None and right is None) or torch.equal(left, right), field
+
+
+def test_the_real_rows_kept_from_the_tables_are_the_masks_nonzero_in_its_order():
+    batches = round_batches(seed=5, n_items=12)
+    negatives = sample_bucket_negatives([(b.users, b.pos, b.pos_mask) for b in batches], 2, 12, seed=2)
+    for problem in local_problems(batches, negatives, 12):
+        assert problem.real is not None  # kept while the tables were built
+        client, slot = problem.item_mask.nonzero(as_tuple=True)
+        kept = problem.real_rows()
+        assert torch.equal(kept[0], client) and torch.equal(kept[1], slot)
+        assert torch.equal(kept[2], problem.items[client, slot])
+        read_back = dataclasses.replace(problem, real=None).real_rows()  # a problem built elsewhere
+        assert all(torch.equal(a, b) for a, b in zip(kept, read_back))
 
 
 def test_the_heap_is_kept_unless_released():

@@ -78,10 +78,19 @@ class LocalProblem:
     extra_slot: torch.Tensor | None = None  # [B, T] index into items[b]: per-client items (not per positive)
     extra_mask: torch.Tensor | None = None  # [B, T] bool: which extra entries are real (None: all)
     sequence: SequenceView | None = None  # sequential backbones: targets / Cloze masks of the positions
+    real: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # (client, slot, item) [R]: ``real_rows``
 
     @property
     def weight(self) -> torch.Tensor:
         return self.batch.n_pos().to(torch.float32)  # [B]
+
+    def real_rows(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The real entries of the local tables, row-major (``item_mask.nonzero``'s order): client [R], slot [R] and
+        item id [R]. ``local_problems`` keeps them from building the tables; otherwise they are read back."""
+        if self.real is not None:
+            return self.real
+        client, slot = self.item_mask.nonzero(as_tuple=True)  # [R], [R]
+        return client, slot, self.items.view(-1).index_select(0, client * self.items.shape[1] + slot)
 
 
 def local_problem(batch: ClientBatch, negatives: torch.Tensor | None, n_items: int,
@@ -135,15 +144,16 @@ def local_problems(batches: Sequence[ClientBatch], negatives: Sequence[torch.Ten
         rows = slice(first_key, first_key + n_real)  # the bucket's distinct keys
         items = torch.zeros(B, width, dtype=torch.int64, device=uniq.device)
         item_mask = torch.zeros(B, width, dtype=torch.bool, device=uniq.device)
-        items[owner[rows] - first_client, slot_of_uniq[rows]] = item[rows]
-        item_mask[owner[rows] - first_client, slot_of_uniq[rows]] = True
+        real = (owner[rows] - first_client, slot_of_uniq[rows], item[rows])  # [R] each, by client then item: row-major
+        items[real[0], real[1]] = real[2]
+        item_mask[real[0], real[1]] = True
         own = inverse[first_entry:first_entry + B * M]  # where the bucket's keys went
         slots = torch.where(valid, slot_of_uniq[own].view(B, M), torch.zeros_like(own).view(B, M))
         P = batch.pos.shape[1]
         n_neg = 0 if negs is None else negs.shape[1] * negs.shape[2]
         neg_slot = None if negs is None else slots[:, P:P + n_neg].reshape(negs.shape)
         extra_slot = None if extra is None else slots[:, P + n_neg:]
-        out.append(LocalProblem(batch, items, item_mask, slots[:, :P], neg_slot, extra_slot, extra_mask))
+        out.append(LocalProblem(batch, items, item_mask, slots[:, :P], neg_slot, extra_slot, extra_mask, real=real))
         first_client, first_key, first_entry = first_client + B, first_key + n_real, first_entry + B * M
     return out
 

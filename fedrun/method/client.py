@@ -154,8 +154,8 @@ class Client:
         result = train_local(self.env.backbone, problem, user0, item0, self.public.net,
                              self.client_optimizer(problem), self.env.sim.local_epochs, loss_fn)
         kept = self.keep_local(problem, item0, result)
-        client, slot = problem.item_mask.nonzero(as_tuple=True)  # [R], [R]
-        uploads = Uploads(users.numel(), client, problem.items[client, slot], result.row_delta(client, slot),
+        client, slot, items = problem.real_rows()  # [R] each
+        uploads = Uploads(users.numel(), client, items, result.row_delta(client, slot),
                           result.net_delta, problem.weight)
         return ClientResult(uploads, result.user, result.loss, kept=kept)
 

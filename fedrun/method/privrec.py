@@ -117,9 +117,9 @@ class PrivRecClient(Client):
     def step(self, problem: LocalProblem) -> ClientResult:
         result = self.adapt(problem)
         users = problem.batch.users
-        client, slot = problem.item_mask.nonzero(as_tuple=True)  # [R]
+        client, slot, items = problem.real_rows()  # [R] each
         user_delta = result.user - self.public.net[USER_INIT]  # [B, d]
-        uploads = Uploads(users.numel(), client, problem.items[client, slot], result.row_delta(client, slot),
+        uploads = Uploads(users.numel(), client, items, result.row_delta(client, slot),
                           {USER_INIT: user_delta}, problem.weight)
         clipped, norm = clip_clients(uploads, self.config.clip)
         return ClientResult(clipped, result.user, result.loss, {"update_norm": norm})
