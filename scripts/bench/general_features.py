@@ -1,7 +1,7 @@
 """What each feature that needs the general round costs over the general round alone (issue #67's target: each
 ≤ 1.3×), on W0, beside the FedSGD fast path it leaves.
 
-    OMP_NUM_THREADS=1 python scripts/bench/general_features.py [--repeats 6] [--rounds 4]
+    OMP_NUM_THREADS=1 python scripts/bench/general_features.py [--repeats 6] [--rounds 4] [--device cuda]
 
 One process, one thread: every setting is built first, then timed in interleaved blocks of ``--rounds`` rounds,
 ``--repeats`` times; medians (ranges) in ms per round and their ratio to the general round alone. The settings:
@@ -33,6 +33,7 @@ from fedrun.app.compose import compose  # noqa: E402
 from fedrun.app.plan import build_run  # noqa: E402
 from fedrun.core.seeding import generator  # noqa: E402
 from fedrun.privacy.ldp import noise_scale  # noqa: E402
+from fedrun.testing.measure import sync  # noqa: E402
 
 GENERAL = ["sim.fast_path=off"]
 FEATURES = {
@@ -50,9 +51,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (sim.device of every setting)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    base = ML1M_8020 + COMMON + MF + ["sim.clients_per_round=256"]
+    base = ML1M_8020 + COMMON + MF + ["sim.clients_per_round=256", f"sim.device={args.device}"]
     trainers = {name: build_run(compose(base + extra)).trainer for name, extra in FEATURES.items()}  # attacks set up
     for trainer in trainers.values():
         time_rounds(trainer, 2)
@@ -83,18 +85,20 @@ def captured_round(trainer, round_index: int) -> tuple[list, object, object]:
     return buckets, seen["uploads"], seen["ctx"]
 
 
-def best_ms(call, repeats: int = 20) -> float:
+def best_ms(call, device: torch.device, repeats: int = 20) -> float:
     best = float("inf")
     for _ in range(repeats):
+        sync(device)
         started = time.perf_counter()
         call()
+        sync(device)
         best = min(best, time.perf_counter() - started)
     return best * 1e3
 
 
 def bare_laplace_clip(rows: torch.Tensor, clip: float, scale: float, gen: torch.Generator) -> torch.Tensor:
     """rows [N, d] → L1-clipped rows plus Laplace noise in the fewest passes (the arithmetic's floor, not its bits)."""
-    uniform = torch.rand(rows.shape, generator=gen).sub_(0.5)  # [N, d]
+    uniform = torch.rand(rows.shape, generator=gen, device=rows.device).sub_(0.5)  # [N, d]
     noise = uniform.sign().mul_(-scale).mul_(uniform.abs_().mul_(-2).log1p_())
     return noise.addcmul_(rows, (clip / rows.abs().sum(1, keepdim=True).clamp_min_(1e-30)).clamp_max_(1.0))
 
@@ -102,18 +106,20 @@ def bare_laplace_clip(rows: torch.Tensor, clip: float, scale: float, gen: torch.
 def rule_over_sum(trainer, plain, round_index: int) -> float:
     """ms the robust rule of ``trainer`` takes over the sum (``plain``) on one round's uploads, best of 20 each."""
     _, uploads, ctx = captured_round(trainer, round_index)
-    return best_ms(lambda: trainer.defense.aggregate(uploads, ctx)) - best_ms(lambda: plain.aggregate(uploads, ctx))
+    device = uploads.row_delta.device
+    return (best_ms(lambda: trainer.defense.aggregate(uploads, ctx), device)
+            - best_ms(lambda: plain.aggregate(uploads, ctx), device))
 
 
 def print_own_work(trainers: dict, excess: dict[str, float], round_index: int) -> None:
     """The second table (module docstring): each feature's own call on one captured round, best of 20."""
     ldp = trainers["item-row LDP"]
     buckets, _, _ = captured_round(ldp, round_index)
-    gen = generator(0, "bench", 0)
-    ldp_call = best_ms(lambda: [ldp.privacy.apply(uploads, gen) for uploads in buckets])
     rows = torch.cat([uploads.row_delta for uploads in buckets])  # [R, d]
+    gen = generator(0, "bench", 0, rows.device)
+    ldp_call = best_ms(lambda: [ldp.privacy.apply(uploads, gen) for uploads in buckets], rows.device)
     config = ldp.privacy.config
-    bare = best_ms(lambda: bare_laplace_clip(rows, config.clip, noise_scale(config, rows.shape[1]), gen))
+    bare = best_ms(lambda: bare_laplace_clip(rows, config.clip, noise_scale(config, rows.shape[1]), gen), rows.device)
     print(f"\nOne round's uploads ({rows.shape[0]:,} rows of {rows.shape[1]}), each feature's own work alone "
           "(ms, best of 20):\n\n| feature | excess over the general round | its own call alone | "
           "the call's bare arithmetic |\n|---|---|---|---|")
