@@ -90,7 +90,7 @@ class LocalProblem:
         if self.real is not None:
             return self.real
         client, slot = self.item_mask.nonzero(as_tuple=True)  # [R], [R]
-        return client, slot, self.items.view(-1).index_select(0, client * self.items.shape[1] + slot)
+        return client, slot, self.items.reshape(-1).index_select(0, client * self.items.shape[1] + slot)
 
 
 def local_problem(batch: ClientBatch, negatives: torch.Tensor | None, n_items: int,

@@ -54,17 +54,6 @@ def mf_bpr_round(user: torch.Tensor, item: torch.Tensor, clients: torch.Tensor, 
     user.index_add_(0, clients, user_lr * step_u)
 
 
-def neumf_net(layers: list[int], gmf_dim: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """NeuMF's tower and head (``fedrun.backbone.ncf``'s shapes), random: the floor times shapes, not values."""
-    net = {}
-    for k, (n_in, n_out) in enumerate(zip(layers[:-1], layers[1:])):
-        net[f"mlp{k}.weight"] = torch.randn(n_out, n_in, generator=generator) * 0.1
-        net[f"mlp{k}.bias"] = torch.zeros(n_out)
-    net["head.weight"] = torch.randn(1, gmf_dim + layers[-1], generator=generator) * 0.1
-    net["head.bias"] = torch.zeros(1)
-    return net
-
-
 def neumf_bce_step(user: torch.Tensor, item: torch.Tensor, net: dict[str, torch.Tensor], group_user: torch.Tensor,
                    example_group: torch.Tensor, example_item: torch.Tensor, label: torch.Tensor, weight: torch.Tensor,
                    gmf_dim: int, lr: float) -> None:

@@ -46,7 +46,7 @@ TRAIN = {
 }
 
 
-FLOORED = ("w0", "w2", "w1")  # MF with BPR and one local SGD step, and NeuMF with BCE: rounds with a kernel floor
+FLOORED = ("w0", "w2")  # MF with BPR, one local SGD step: the rounds with this kernel floor (W1: NeuMF's, below)
 
 
 def time_kernel_floor(env, clients: int, rounds: int, dim: int = 32) -> tuple[float, float]:
@@ -73,28 +73,23 @@ def time_kernel_floor(env, clients: int, rounds: int, dim: int = 32) -> tuple[fl
     return arithmetic, (time.perf_counter() - started) / rounds
 
 
-def time_neumf_floor(env, clients: int, rounds: int, batch_size: int = 1024, negatives: int = 4,
-                     layers: tuple[int, ...] = (64, 32, 16), gmf_dim: int = 32) -> tuple[float, float]:
-    """W1's floors (``fedrun.testing.kernel_floor.neumf_bce_step``): (s / round of a round of ``clients`` clients,
-    every positive with ``negatives`` negatives, each client's mean; s / epoch of the centralized epoch over every
-    training pair in batches of ``batch_size`` positives with theirs, the batch mean), on pre-drawn examples."""
-    generator = torch.Generator().manual_seed(0)
-    width = gmf_dim + layers[0] // 2
-    user = torch.randn(env.n_users, width, generator=generator) * 0.1
-    item = torch.randn(env.n_items, width, generator=generator) * 0.1
-    net = kernel_floor.neumf_net(list(layers), gmf_dim, generator)
+def time_neumf_floor(env, clients: int, rounds: int, batch_size: int = 1024,
+                     negatives: int = 4) -> tuple[float, float]:
+    """W1's floors (``fedrun.testing.kernel_floor.neumf_bce_step``) at the run's own NeuMF shapes (``env.backbone``):
+    (s / round of a round of ``clients`` clients, every positive with ``negatives`` negatives, each client's mean;
+    s / epoch of the centralized epoch over every training pair in batches of ``batch_size`` positives with theirs,
+    the batch mean), on examples drawn beforehand, on the run's device."""
+    generator, device, backbone = torch.Generator().manual_seed(0), env.device, env.backbone
+    user = (torch.randn(env.n_users, backbone.user_width, generator=generator) * 0.1).to(device)
+    item = (torch.randn(env.n_items, backbone.item_width, generator=generator) * 0.1).to(device)
+    net = {name: value.to(device) for name, value in backbone.init_net(generator).items()}
     eligible = env.clients_with_data()
     steps = []
     for _ in range(rounds + 1):
         picked, owner, positive, _ = kernel_floor.draw_pairs(env.train, eligible, clients, env.n_items, generator)
         owner, items, label = kernel_floor.with_negatives(owner, positive, negatives, env.n_items, generator)
         weight = 1.0 / torch.bincount(owner, minlength=picked.numel()).clamp_min(1).to(torch.float32)[owner]
-        steps.append((picked, owner, items, label, weight))  # a group per client
-    kernel_floor.neumf_bce_step(user, item, net, *steps[0], gmf_dim=gmf_dim, lr=0.01)  # warm-up
-    started = time.perf_counter()
-    for step in steps[1:]:
-        kernel_floor.neumf_bce_step(user, item, net, *step, gmf_dim=gmf_dim, lr=0.01)
-    round_floor = (time.perf_counter() - started) / rounds
+        steps.append(tuple(t.to(device) for t in (picked, owner, items, label, weight)))  # a group per client
     pair_user, _, pair_item, _ = env.train.flat(eligible)  # every training pair: owner index, item
     pair_user = eligible[pair_user]
     order = torch.randperm(pair_item.numel(), generator=generator)
@@ -102,11 +97,19 @@ def time_neumf_floor(env, clients: int, rounds: int, batch_size: int = 1024, neg
     for rows in torch.split(order, batch_size):  # a group per positive: it and its negatives share the user
         group, items, label = kernel_floor.with_negatives(torch.arange(rows.numel()), pair_item[rows], negatives,
                                                           env.n_items, generator)
-        batches.append((pair_user[rows], group, items, label, torch.full(label.shape, 1.0 / label.numel())))
-    started = time.perf_counter()
-    for batch in batches:
-        kernel_floor.neumf_bce_step(user, item, net, *batch, gmf_dim=gmf_dim, lr=0.05)
-    return round_floor, time.perf_counter() - started
+        weight = torch.full(label.shape, 1.0 / label.numel())
+        batches.append(tuple(t.to(device) for t in (pair_user[rows], group, items, label, weight)))
+
+    def timed(examples: list, lr: float) -> float:
+        sync(device)
+        started = time.perf_counter()
+        for example in examples:
+            kernel_floor.neumf_bce_step(user, item, net, *example, gmf_dim=backbone.gmf_dim, lr=lr)
+        sync(device)
+        return time.perf_counter() - started
+
+    timed(steps[:1], 0.01)  # warm-up
+    return timed(steps[1:], 0.01) / rounds, timed(batches, 0.05)
 
 
 def bench_train(work: Workload, args, out: Path) -> str:
@@ -136,7 +139,7 @@ def bench_train(work: Workload, args, out: Path) -> str:
     t_central = time.perf_counter() - started
     per_epoch = fedrun.rounds_per_epoch()
     floor, central_floor = None, None
-    if work.name == "w1" and env.device.type == "cpu":  # NeuMF's arithmetic, the same for both epochs (issue #67)
+    if work.name == "w1":  # NeuMF's arithmetic, the same for both epochs (issue #67)
         floor, central_floor = time_neumf_floor(env, clients, args.rounds)
         paths.append(("kernel floor (arithmetic)", floor))
     elif work.name in FLOORED:  # the round's bare arithmetic, and with its sampling, in this process (issue #67)
