@@ -60,8 +60,8 @@ class Uploads:
         return Uploads(
             n_clients=sum(p.n_clients for p in parts),
             row_client=torch.cat([p.row_client + off for p, off in zip(parts, offsets)]),
-            row_item=torch.cat([p.row_item for p in parts]),
-            row_delta=torch.cat([p.row_delta for p in parts]),
+            row_item=join_rows([p.row_item for p in parts]),
+            row_delta=join_rows([p.row_delta for p in parts]),
             dense={name: torch.cat([p.dense[name] for p in parts]) for name in names},
             weight=None if parts[0].weight is None else torch.cat([cast(torch.Tensor, p.weight) for p in parts]),
             row_count=counts,
@@ -94,6 +94,25 @@ class Uploads:
         rows = torch.bincount(self.row_client, minlength=self.n_clients).to(torch.float64)
         dense = sum(t[0].numel() * t.element_size() for t in self.dense.values()) if self.dense else 0
         return rows * row_bytes + dense
+
+
+def join_rows(parts: list[torch.Tensor]) -> torch.Tensor:
+    """``torch.cat(parts)`` along dim 0; without a copy where the parts already lie back to back in one buffer, in
+    order (the buckets' item ids and row deltas of a round, ``fedrun.kernels.batching.local_problems``): then the
+    result is a view of that buffer, not a new tensor."""
+    filled = [part for part in parts if part.shape[0]]  # an empty part adds nothing (and has no address)
+    if not filled:
+        return torch.cat(parts)
+    first = filled[0]
+    position, row = first.data_ptr(), first[0].numel() * first.element_size()  # bytes per row
+    for part in filled:
+        if not (part.is_contiguous() and part.dtype == first.dtype and part.device == first.device
+                and part.shape[1:] == first.shape[1:] and part.data_ptr() == position
+                and part.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()):
+            return torch.cat(parts)
+        position += part.shape[0] * row
+    shape = (sum(part.shape[0] for part in filled), *first.shape[1:])
+    return first.as_strided(shape, torch.empty(shape, device="meta").stride())
 
 
 @dataclass(frozen=True)

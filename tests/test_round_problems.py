@@ -20,8 +20,8 @@ from fedrun.errors import ConfigError
 from fedrun.kernels import rows as rows_module
 from fedrun.kernels.batching import bucketize, local_problem, local_problems, padded_groups
 from fedrun.kernels.config import ClientOptimizer, SimConfig
-from fedrun.kernels.local import plain_sgd_step
-from fedrun.types import ClientBatch
+from fedrun.kernels.local import LocalResult, example_slots, plain_sgd_step
+from fedrun.types import ClientBatch, Uploads, join_rows
 
 
 def padded_ratio(sizes: torch.Tensor, group: torch.Tensor) -> float:
@@ -110,6 +110,73 @@ def test_the_real_rows_kept_from_the_tables_are_the_masks_nonzero_in_its_order()
         assert torch.equal(kept[2], problem.items[client, slot])
         read_back = dataclasses.replace(problem, real=None).real_rows()  # a problem built elsewhere
         assert all(torch.equal(a, b) for a, b in zip(kept, read_back))
+
+
+def test_the_examples_kept_are_the_positives_then_their_negatives():
+    batches = round_batches(seed=6, n_items=12)
+    negatives = sample_bucket_negatives([(b.users, b.pos, b.pos_mask) for b in batches], 2, 12, seed=4)
+    extras = [torch.randint(0, 12, (b.pos.shape[0], 3)) for b in batches]
+    for with_extra in (False, True):
+        for problem in local_problems(batches, negatives, 12, extras if with_extra else None):
+            joined = example_slots(dataclasses.replace(problem, examples=None))  # what a problem built elsewhere gets
+            assert problem.examples is not None and torch.equal(example_slots(problem), joined)
+            B = problem.pos_slot.shape[0]
+            assert torch.equal(joined, torch.cat([problem.pos_slot, problem.neg_slot.reshape(B, -1)], 1))
+
+
+def test_the_buckets_upload_rows_lie_in_one_buffer_and_join_without_a_copy():
+    batches = round_batches(seed=8, n_items=12)
+    negatives = sample_bucket_negatives([(b.users, b.pos, b.pos_mask) for b in batches], 2, 12, seed=3)
+    table = torch.randn(12, 4, dtype=torch.float64)
+    problems = local_problems(batches, negatives, 12, uploaded=table)
+    assert local_problems(batches, negatives, 12)[0].upload_rows is None  # only where the client asks for it
+    parts = []
+    for b, problem in enumerate(problems):
+        client, slot, items = problem.real_rows()
+        assert problem.upload_rows is not None and problem.upload_rows.shape == (client.numel(), 4)
+        assert problem.upload_rows.dtype == table.dtype
+        problem.upload_rows.copy_(table[items] * (b + 1))  # what a client step writes there
+        parts.append(Uploads(problem.batch.size, client, items, problem.upload_rows))
+    joined = Uploads.concat(parts)
+    assert joined.row_delta.data_ptr() == problems[0].upload_rows.data_ptr()  # the buffer itself
+    assert joined.row_item.data_ptr() == problems[0].real_rows()[2].data_ptr()
+    assert torch.equal(joined.row_delta, torch.cat([part.row_delta for part in parts]))
+    assert torch.equal(joined.row_item, torch.cat([part.row_item for part in parts]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 6), min_size=1, max_size=6), st.booleans(), st.booleans())
+def test_rows_join_as_torch_cat_does_and_share_memory_only_when_back_to_back(sizes, gap, reverse):
+    buffer = torch.arange(float(4 * (sum(sizes) + len(sizes)))).view(-1, 4)
+    parts, start = [], 0
+    for size in sizes:
+        parts.append(buffer[start:start + size])
+        start += size + gap  # a gap of one row after each part, or none
+    parts = parts[::-1] if reverse else parts
+    joined = join_rows(parts)
+    assert torch.equal(joined, torch.cat(parts))
+    filled = [part for part in parts if part.shape[0]]
+    back_to_back = all(b.data_ptr() == a.data_ptr() + a.shape[0] * 16 for a, b in zip(filled, filled[1:]))
+    assert (bool(filled) and joined.data_ptr() == filled[0].data_ptr()) == (bool(filled) and back_to_back)
+
+
+def test_a_row_delta_written_into_a_buffer_is_the_change_of_the_real_rows():
+    item0 = torch.randn(3, 5, 4)
+    item = item0 + torch.randn(3, 5, 4)
+    mask = torch.rand(3, 5) < 0.6
+    result = LocalResult(torch.zeros(3, 2), item, item0, mask, {}, torch.zeros(3))
+    client, slot = mask.nonzero(as_tuple=True)
+    out = torch.full((client.numel(), 4), float("nan"))
+    written = result.row_delta(client, slot, out=out)
+    assert written.data_ptr() == out.data_ptr()
+    assert torch.equal(out, result.item_delta[client, slot])
+    assert torch.equal(result.row_delta(client, slot), out)
+
+
+def test_a_user_without_a_negative_to_draw_is_a_named_failure():
+    everything = torch.arange(6).unsqueeze(0)  # one client holding all 6 items
+    with pytest.raises(RuntimeError, match="did not converge"):
+        sample_batch_negatives(torch.tensor([0]), everything, torch.ones_like(everything, dtype=torch.bool), 1, 6, 0)
 
 
 def test_the_heap_is_kept_unless_released():

@@ -49,15 +49,15 @@ def _rejection(seed: int, user: torch.Tensor, position: torch.Tensor, owner: tor
                excluded: KeySet, stride: int, n_items: int, max_rounds: int = 1000) -> torch.Tensor:
     """One item per draw (``user``, ``position``) [N] whose key ``owner * stride + item`` is not in
     ``excluded``. Collisions are redrawn with the next attempt number; only they are re-checked."""
-    attempt = torch.zeros_like(user)
-    draws = hashrng.randint(seed, [user, position, attempt], n_items)
-    todo = torch.arange(user.numel(), device=user.device)
+    draws = hashrng.randint(seed, [user, position, torch.zeros_like(user)], n_items)
+    bad = excluded(owner * stride + draws).nonzero().squeeze(1)  # [n] the draws to redraw, ascending
     for step in range(1, max_rounds):
-        bad = todo[excluded(owner[todo] * stride + draws[todo])]
         if bad.numel() == 0:
             return draws
         draws[bad] = hashrng.randint(seed, [user[bad], position[bad], torch.full_like(bad, step)], n_items)
-        todo = bad
+        bad = bad[excluded(owner[bad] * stride + draws[bad])]
+    if bad.numel() == 0:
+        return draws
     raise RuntimeError("negative sampling did not converge: some user has (almost) every item as a positive")
 
 

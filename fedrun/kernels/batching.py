@@ -79,6 +79,10 @@ class LocalProblem:
     extra_mask: torch.Tensor | None = None  # [B, T] bool: which extra entries are real (None: all)
     sequence: SequenceView | None = None  # sequential backbones: targets / Cloze masks of the positions
     real: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # (client, slot, item) [R]: ``real_rows``
+    examples: torch.Tensor | None = None  # [B, S] pos_slot, then neg_slot flattened (``example_slots``)
+    # [R, di] where the client step writes the real rows' deltas it uploads (``real_rows``' order): the bucket's slice
+    # of one buffer for the round, so the buckets' uploads join without a copy. A problem is stepped once a round.
+    upload_rows: torch.Tensor | None = None
 
     @property
     def weight(self) -> torch.Tensor:
@@ -106,12 +110,15 @@ def local_problem(batch: ClientBatch, negatives: torch.Tensor | None, n_items: i
 
 def local_problems(batches: Sequence[ClientBatch], negatives: Sequence[torch.Tensor | None], n_items: int,
                    extras: Sequence[torch.Tensor | None] | None = None,
-                   extra_masks: Sequence[torch.Tensor | None] | None = None) -> list[LocalProblem]:
+                   extra_masks: Sequence[torch.Tensor | None] | None = None,
+                   uploaded: torch.Tensor | None = None) -> list[LocalProblem]:
     """``local_problem`` of every bucket of a round, with one de-duplication for the round.
 
     A client's table depends on its own keys alone (its distinct items, ascending), so one sort of every
     bucket's (client, item) keys gives each bucket the table its own sort would; the buckets' clients are
     numbered one after another, so each bucket's distinct keys are one contiguous run of the round's.
+    ``uploaded`` [N, di]: the table whose rows' deltas the clients upload; each bucket gets its slice of one
+    buffer for them (``LocalProblem.upload_rows``), and its real rows' item ids are its slice of the round's.
     """
     extras = [None] * len(batches) if extras is None else extras
     extra_masks = [None] * len(batches) if extra_masks is None else extra_masks
@@ -138,6 +145,8 @@ def local_problems(batches: Sequence[ClientBatch], negatives: Sequence[torch.Ten
     widths = torch.zeros_like(sizes).scatter_reduce_(0, bucket, counts, "amax")  # [buckets] widest table
     reals = torch.zeros_like(sizes).index_add_(0, bucket, counts)  # [buckets] distinct keys
     per_bucket = torch.stack([widths, reals], 1).tolist()  # one transfer for the round
+    rows_out = None if uploaded is None else uploaded.new_empty(sum(n_real for _, n_real in per_bucket),
+                                                                 uploaded.shape[1])  # [R, di] the round's
     out, first_client, first_key, first_entry = [], 0, 0, 0
     for (B, M, valid), (width, n_real), batch, negs, extra, extra_mask in zip(
             layouts, per_bucket, batches, negatives, extras, extra_masks):
@@ -153,7 +162,9 @@ def local_problems(batches: Sequence[ClientBatch], negatives: Sequence[torch.Ten
         n_neg = 0 if negs is None else negs.shape[1] * negs.shape[2]
         neg_slot = None if negs is None else slots[:, P:P + n_neg].reshape(negs.shape)
         extra_slot = None if extra is None else slots[:, P + n_neg:]
-        out.append(LocalProblem(batch, items, item_mask, slots[:, :P], neg_slot, extra_slot, extra_mask, real=real))
+        out.append(LocalProblem(batch, items, item_mask, slots[:, :P], neg_slot, extra_slot, extra_mask, real=real,
+                                examples=slots[:, :P + n_neg],
+                                upload_rows=None if rows_out is None else rows_out[rows]))
         first_client, first_key, first_entry = first_client + B, first_key + n_real, first_entry + B * M
     return out
 

@@ -26,7 +26,10 @@ def scale_gradient(x: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor
 
 
 def example_slots(problem: LocalProblem) -> torch.Tensor:
-    """[B, S] local-table slot of every scored example: the P positives, then their negatives."""
+    """[B, S] local-table slot of every scored example: the P positives, then their negatives (kept by
+    ``local_problems``, which lays them out side by side; joined here otherwise)."""
+    if problem.examples is not None:
+        return problem.examples
     if problem.neg_slot is None:
         return problem.pos_slot
     return torch.cat([problem.pos_slot, problem.neg_slot.reshape(problem.pos_slot.shape[0], -1)], 1)
@@ -57,9 +60,11 @@ def problem_loss(backbone: Backbone, problem: LocalProblem, user: torch.Tensor, 
         user, item_rep = encode(user, item_table)  # [B, du], [B, Lu, di]
         vectors = slot_rows(item_rep, slots)
     scores = backbone.score(user, vectors, net)  # [B, S]
-    neg = None if problem.neg_slot is None else scores[:, P:].reshape(problem.neg_slot.shape)
+    # one split, not two slices: the backward joins the two gradients instead of adding two zero-padded copies
+    pos, neg = scores.split([P, scores.shape[1] - P], 1)  # [B, P], [B, S − P]
+    neg = None if problem.neg_slot is None else neg.reshape(problem.neg_slot.shape)
     l2 = backbone.config.l2 if l2 is None else l2
-    return per_client_loss(backbone.config.loss, scores[:, :P], neg, problem.batch.pos_mask, problem.batch.ratings,
+    return per_client_loss(backbone.config.loss, pos, neg, problem.batch.pos_mask, problem.batch.ratings,
                            l2, example_sq_norms(user_raw, raw, P) if l2 else None, reduction)
 
 
@@ -77,13 +82,14 @@ class LocalResult:
         """[B, Lu, di] change of each local item row (0 where padded)."""
         return (self.item - self.item0) * self.item_mask.unsqueeze(-1)
 
-    def row_delta(self, client: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
-        """[R, di] the change of the real local rows (``client``, ``slot``) [R]: ``item_delta``'s entries there, with
-        no pass over the padding."""
+    def row_delta(self, client: torch.Tensor, slot: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """[R, di] the change of the real local rows (``client``, ``slot``) [R]: ``item_delta``'s entries there,
+        written into ``out`` [R, di] when given. One difference over the tables (≤ ``sim.padding`` × R rows) and one
+        row gather cost less than gathering both tables' rows first; each entry is the same subtraction."""
         B, Lu, di = self.item.shape
         rows = client * Lu + slot  # [R] into the flattened tables (a row gather, not a 2-D advanced index)
-        after, before = self.item.reshape(B * Lu, di), self.item0.reshape(B * Lu, di)
-        return after.index_select(0, rows) - before.index_select(0, rows)
+        change = (self.item - self.item0).reshape(B * Lu, di)  # [B·Lu, di]
+        return change.index_select(0, rows) if out is None else torch.index_select(change, 0, rows, out=out)
 
 
 @torch.no_grad()

@@ -113,7 +113,8 @@ class Client:
 
     def problems(self, users: torch.Tensor, round_index: int, sent: torch.Tensor | None = None) -> list[LocalProblem]:
         """The round's buckets of local problems (``sent``: what the exchange gave the clients): the negatives of
-        every bucket drawn, and every client's local table de-duplicated, once for the round."""
+        every bucket drawn, and every client's local table de-duplicated, once for the round; the rows they upload get
+        one buffer (``local_problems``)."""
         env = self.env
         batches = [self.prepare_batch(batch, round_index)
                    for _, batch in env.client_batches(users, 1 + self.num_negatives)]
@@ -121,7 +122,8 @@ class Client:
         if self.num_negatives:
             negatives = list(sample_bucket_negatives([(b.users, b.pos, b.pos_mask) for b in batches],
                                                      self.num_negatives, env.n_items, self.negative_seed(round_index)))
-        return self.context.attach(local_problems(batches, negatives, env.n_items), round_index, sent)
+        return self.context.attach(local_problems(batches, negatives, env.n_items, uploaded=self.public.item),
+                                   round_index, sent)
 
     def prepare_batch(self, batch: ClientBatch, round_index: int) -> ClientBatch:
         """What the clients do to their own pairs before the round's training: the pseudo items and masking
@@ -155,7 +157,7 @@ class Client:
                              self.client_optimizer(problem), self.env.sim.local_epochs, loss_fn)
         kept = self.keep_local(problem, item0, result)
         client, slot, items = problem.real_rows()  # [R] each
-        uploads = Uploads(users.numel(), client, items, result.row_delta(client, slot),
+        uploads = Uploads(users.numel(), client, items, result.row_delta(client, slot, out=problem.upload_rows),
                           result.net_delta, problem.weight)
         return ClientResult(uploads, result.user, result.loss, kept=kept)
 
