@@ -130,34 +130,42 @@ def local_problems(batches: Sequence[ClientBatch], negatives: Sequence[torch.Ten
         B = touched.shape[0]
         client = offset + torch.arange(B, device=touched.device).unsqueeze(1)
         keys.append(torch.where(valid, client * n_items + touched, torch.full_like(touched, sentinel)).reshape(-1))
-        layouts.append((B, touched.shape[1], valid))
+        layouts.append((B, touched.shape[1]))
         offset += B
     if not keys:
         return []
-    uniq, inverse = torch.unique(torch.cat(keys), return_inverse=True)  # sorted by client, then item
-    real = uniq < sentinel
-    owner, item = uniq // n_items, uniq % n_items
-    counts = torch.bincount(owner[real], minlength=total)  # [total] distinct items per client
+    round_keys = torch.cat(keys)  # [Σ B·M]
+    uniq, inverse = torch.unique(round_keys, return_inverse=True)  # sorted by client, then item
+    owner, item = uniq // n_items, uniq % n_items  # the sentinel, last if present, is owner ``total``'s
+    counts = torch.bincount(owner, minlength=total + 1)[:total]  # [total] distinct items per client
     starts = counts.cumsum(0) - counts
     slot_of_uniq = torch.arange(uniq.numel(), device=uniq.device) - starts[owner.clamp_max(max(total - 1, 0))]
-    sizes = torch.tensor([b for b, _, _ in layouts], device=counts.device)
+    sizes = torch.tensor([b for b, _ in layouts], device=counts.device)
     bucket = torch.repeat_interleave(torch.arange(len(layouts), device=counts.device), sizes)  # [total]
     widths = torch.zeros_like(sizes).scatter_reduce_(0, bucket, counts, "amax")  # [buckets] widest table
     reals = torch.zeros_like(sizes).index_add_(0, bucket, counts)  # [buckets] distinct keys
     per_bucket = torch.stack([widths, reals], 1).tolist()  # one transfer for the round
-    rows_out = None if uploaded is None else uploaded.new_empty(sum(n_real for _, n_real in per_bucket),
-                                                                 uploaded.shape[1])  # [R, di] the round's
-    out, first_client, first_key, first_entry = [], 0, 0, 0
-    for (B, M, valid), (width, n_real), batch, negs, extra, extra_mask in zip(
+    n_real_total = sum(n_real for _, n_real in per_bucket)
+    rows_out = None if uploaded is None else uploaded.new_empty(n_real_total, uploaded.shape[1])  # [R, di] the round's
+    # every bucket's [B, width] tables in one buffer, one block after another, filled at once
+    blocks = [B * width for (B, _), (width, _) in zip(layouts, per_bucket)]
+    block_start = torch.tensor([0, *blocks[:-1]], device=counts.device).cumsum(0)[bucket]  # [total]
+    first_of_bucket = (sizes.cumsum(0) - sizes)[bucket]  # [total]
+    table_row = block_start + (torch.arange(total, device=counts.device) - first_of_bucket) * widths[bucket]
+    position = table_row[owner[:n_real_total]] + slot_of_uniq[:n_real_total]  # [R] the real keys, sorted first
+    all_items = torch.zeros(sum(blocks), dtype=torch.int64, device=uniq.device).index_put_(
+        (position,), item[:n_real_total])
+    all_masks = torch.zeros(sum(blocks), dtype=torch.bool, device=uniq.device).index_put_(
+        (position,), torch.ones((), dtype=torch.bool, device=uniq.device))
+    all_slots = torch.where(round_keys < sentinel, slot_of_uniq[inverse], 0)  # [Σ B·M] each entry's slot (0: padding)
+    out, first_client, first_key, first_entry, first_cell = [], 0, 0, 0, 0
+    for (B, M), (width, n_real), batch, negs, extra, extra_mask in zip(
             layouts, per_bucket, batches, negatives, extras, extra_masks):
         rows = slice(first_key, first_key + n_real)  # the bucket's distinct keys
-        items = torch.zeros(B, width, dtype=torch.int64, device=uniq.device)
-        item_mask = torch.zeros(B, width, dtype=torch.bool, device=uniq.device)
+        cells = slice(first_cell, first_cell + B * width)
+        items, item_mask = all_items[cells].view(B, width), all_masks[cells].view(B, width)
         real = (owner[rows] - first_client, slot_of_uniq[rows], item[rows])  # [R] each, by client then item: row-major
-        items[real[0], real[1]] = real[2]
-        item_mask[real[0], real[1]] = True
-        own = inverse[first_entry:first_entry + B * M]  # where the bucket's keys went
-        slots = torch.where(valid, slot_of_uniq[own].view(B, M), torch.zeros_like(own).view(B, M))
+        slots = all_slots[first_entry:first_entry + B * M].view(B, M)
         P = batch.pos.shape[1]
         n_neg = 0 if negs is None else negs.shape[1] * negs.shape[2]
         neg_slot = None if negs is None else slots[:, P:P + n_neg].reshape(negs.shape)
@@ -166,6 +174,7 @@ def local_problems(batches: Sequence[ClientBatch], negatives: Sequence[torch.Ten
                                 examples=slots[:, :P + n_neg],
                                 upload_rows=None if rows_out is None else rows_out[rows]))
         first_client, first_key, first_entry = first_client + B, first_key + n_real, first_entry + B * M
+        first_cell += B * width
     return out
 
 
