@@ -1,5 +1,6 @@
 """A launcher error after a stop ends the sweep as a stop (one line, the runs it lost marked KILLED, exit 130 /
-143); without a stop it passes through untouched (fedrun.sim.sweep.guard_launcher)."""
+143); without a stop it passes through untouched (fedrun.sim.sweep.guard_launcher). A sweeper that gives up
+because its jobs failed ends the sweep as failed jobs do, its run FAILED (guard_sweeper)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,33 @@ def test_an_error_after_a_stop_ends_the_sweep_as_stopped(tmp_path, monkeypatch, 
     assert ended["reason"].startswith("stopped by SIGINT: the launcher ended this job's process")
     err = capsys.readouterr().err
     assert "lost 1 running job(s) to the SIGINT (RuntimeError)" in err and "Traceback" not in err
+
+
+class GivingUpSweeper:
+    def sweep(self, arguments):
+        raise ValueError("No trials are completed yet.")
+
+
+def test_a_sweeper_giving_up_after_failed_jobs_ends_the_sweep_failed_in_one_line(tmp_path, monkeypatch, capsys):
+    ended = {}
+    monkeypatch.setattr(track, "end_sweep_parents",
+                        lambda sweep_dir, status, reason=None: ended.update(status=status, reason=reason))
+    sweep.guard_sweeper(f"{__name__}.GivingUpSweeper", tmp_path)
+    sweep.record_failed_job(tmp_path, 0, "dataset='ml-1m' is not allowed: expected a dataset with ratings.")
+    sweep.record_failed_job(tmp_path, 1, "dataset='ml-1m' is not allowed: expected a dataset with ratings.")
+    with pytest.raises(SystemExit) as exit_:
+        GivingUpSweeper().sweep([])
+    assert exit_.value.code == 1 and ended["status"] == "FAILED"
+    assert ended["reason"].startswith("the sweeper gave up after 2 failed job(s): ValueError: No trials")
+    err = capsys.readouterr().err
+    assert "2 job(s) of the sweep failed (0, 1)" in err and "Traceback" not in err
+    assert "expected a dataset with ratings. Every job's outcome" in err  # one full stop
+
+
+def test_a_sweeper_error_without_failed_jobs_passes_through(tmp_path):
+    sweep.guard_sweeper(f"{__name__}.GivingUpSweeper", tmp_path / "elsewhere")
+    with pytest.raises(ValueError, match="No trials"):
+        GivingUpSweeper().sweep([])
 
 
 def test_an_error_without_a_stop_passes_through(tmp_path):

@@ -127,6 +127,58 @@ def guard_launcher(target: str, sweep_dir: str | Path) -> None:
         controllers_ignore_sigint()
 
 
+def guard_sweeper(target: str, sweep_dir: str | Path) -> None:
+    """Wrap the sweeper class ``target`` (``hydra.sweeper._target_``) so that a sweeper that gives up because its
+    jobs failed ends the sweep as failed jobs end it (``report_failed_jobs``), with its run FAILED: Optuna's raises
+    ``No trials are completed yet`` once every trial failed, which left a traceback and the sweep's run RUNNING.
+    An error with no failed job behind it, or after a stop, passes through."""
+    from hydra.utils import get_class
+
+    _current_sweep["dir"] = sweep_dir
+    sweeper = get_class(target)
+    sweep = sweeper.sweep
+    if getattr(sweep, "fedrun_guarded", False):
+        return
+
+    def guarded(self, *args, **kwargs):
+        try:
+            return sweep(self, *args, **kwargs)
+        except Exception as err:
+            sweep_dir = _current_sweep["dir"]
+            failed = failed_jobs(sweep_dir) if sweep_dir is not None else {}
+            if not failed or stop_requested(marker(sweep_dir)) is not None:
+                raise
+            from fedrun.errors import FedrunError
+            from fedrun.store.runs import end_sweep_parents
+
+            first = min(failed)
+            try:
+                end_sweep_parents(sweep_dir, "FAILED", f"the sweeper gave up after {len(failed)} failed job(s): "
+                                                       f"{type(err).__name__}: {err} Job {first}: "
+                                                       f"{first_line(failed[first])}")
+            except FedrunError as store_err:
+                print(f"fedrun: could not end the sweep's run: {store_err}", file=sys.stderr)
+            print(f"fedrun: the sweeper gave up ({type(err).__name__}: {err}).", file=sys.stderr)
+            report_failed_jobs(sweep_dir, failed)
+            sys.exit(1)
+
+    guarded.fedrun_guarded = True
+    sweeper.sweep = guarded
+
+
+def report_failed_jobs(sweep_dir: str | Path, failed: dict[int, str]) -> None:
+    """One line for a sweep's failed jobs: how many, which, the first one's reason, where each outcome is."""
+    first = min(failed)
+    print(f"fedrun: {len(failed)} job(s) of the sweep failed ({', '.join(map(str, sorted(failed)))}); each run the "
+          f"store took is FAILED with its reason. Job {first}: {first_line(failed[first])}. Every job's "
+          f"outcome, with no store: fedrun-report --folder {sweep_dir}", file=sys.stderr)
+
+
+def first_line(reason: str) -> str:
+    """A failed job's reason as one sentence without its closing full stop (the caller ends it)."""
+    return reason.splitlines()[0].rstrip(".") if reason else "no reason recorded"
+
+
 def controllers_ignore_sigint() -> None:
     """Start submitit's local job controllers with SIGINT ignored (a disposition a child inherits through exec),
     so that a Ctrl-C reaches the Hydra parent and the jobs, which stop at a round boundary, and not the
@@ -161,6 +213,7 @@ class StopOnSignal(Callback):
         (Path(sweep_dir) / OVERRIDES).write_text(" ".join(config.hydra.overrides.task))
         (Path(sweep_dir) / SWEEP_OWNER).write_text(json.dumps(owner_tags()))
         guard_launcher(config.hydra.launcher._target_, sweep_dir)
+        guard_sweeper(config.hydra.sweeper._target_, sweep_dir)
         if threading.current_thread() is not threading.main_thread():
             return
 
@@ -189,10 +242,6 @@ class StopOnSignal(Callback):
             print(f"fedrun: could not end the sweep's run: {err}", file=sys.stderr)
         failed = failed_jobs(config.hydra.sweep.dir)
         if failed:  # after the report (Hydra ends the callbacks in reverse order): a script sees the failure
-            first = min(failed)
-            print(f"fedrun: {len(failed)} job(s) of the sweep failed ({', '.join(map(str, sorted(failed)))}); each "
-                  f"run the store took is FAILED with its reason. Job {first}: {failed[first].splitlines()[0]}. Every "
-                  f"job's outcome, with no store: fedrun-report --folder {config.hydra.sweep.dir}",
-                  file=sys.stderr)
+            report_failed_jobs(config.hydra.sweep.dir, failed)
             sys.exit(1)
 

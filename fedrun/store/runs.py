@@ -150,11 +150,14 @@ def sweep_parents(sweep_dir: str | Path) -> list[dict[str, str]]:
     return list(json.loads(registry.read_text()).values()) if registry.exists() else []
 
 
-def end_sweep_parents(sweep_dir: str | Path, status: str) -> None:
-    """Mark the sweep's parent runs ``status`` (the Hydra parent, at the end)."""
+def end_sweep_parents(sweep_dir: str | Path, status: str, reason: str | None = None) -> None:
+    """Mark the sweep's parent runs ``status`` (the Hydra parent, at the end), with ``reason`` where given."""
     for entry in sweep_parents(sweep_dir):
         with store_call(entry["uri"], "ending the sweep's run"):
-            open_client(entry["uri"]).set_terminated(entry["run_id"], status=status)
+            client = open_client(entry["uri"])
+            if reason is not None:
+                client.set_tag(entry["run_id"], FAILURE_REASON, reason)
+            client.set_terminated(entry["run_id"], status=status)
 
 
 def end_orphaned_jobs(sweep_dir: str | Path, reason: str) -> int:
