@@ -25,7 +25,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
@@ -92,37 +92,7 @@ _current_sweep: dict[str, str | Path | None] = {"dir": None}  # the sweep a guar
 def guard_launcher(target: str, sweep_dir: str | Path) -> None:
     """Wrap the launcher class ``target`` (``hydra.launcher._target_``) so that an error it raises after a stop
     was requested ends the sweep as stopped (above) instead of as a traceback; other errors pass through."""
-    from hydra.utils import get_class
-
-    _current_sweep["dir"] = sweep_dir
-    launcher = get_class(target)
-    launch = launcher.launch
-    if getattr(launch, "fedrun_guarded", False):
-        return
-
-    def guarded(self, *args, **kwargs):
-        try:
-            return launch(self, *args, **kwargs)
-        except Exception as err:
-            sweep_dir = _current_sweep["dir"]
-            name = stop_requested(marker(sweep_dir))
-            if name is None:
-                raise
-            from fedrun.errors import FedrunError
-            from fedrun.store.runs import end_orphaned_jobs
-
-            reason = (f"stopped by {name}: the launcher ended this job's process before the run recorded its end "
-                      f"({type(err).__name__}); resume from its checkpoint if it wrote one")
-            try:
-                ended = end_orphaned_jobs(sweep_dir, reason)
-            except FedrunError as store_err:
-                ended, reason = 0, f"{reason}; could not mark its run: {store_err}"
-            print(f"fedrun: the launcher lost {ended} running job(s) to the {name} ({type(err).__name__}); their "
-                  "runs are marked KILLED with the reason.", file=sys.stderr)
-            exit_stopped(sweep_dir, name)
-
-    guarded.fedrun_guarded = True
-    launcher.launch = guarded
+    _guard(target, "launch", sweep_dir, _launcher_lost_jobs)
     if "submitit" in target:
         controllers_ignore_sigint()
 
@@ -132,38 +102,65 @@ def guard_sweeper(target: str, sweep_dir: str | Path) -> None:
     jobs failed ends the sweep as failed jobs end it (``report_failed_jobs``), with its run FAILED: Optuna's raises
     ``No trials are completed yet`` once every trial failed, which left a traceback and the sweep's run RUNNING.
     An error with no failed job behind it, or after a stop, passes through."""
+    _guard(target, "sweep", sweep_dir, _sweeper_gave_up)
+
+
+def _guard(target: str, method: str, sweep_dir: str | Path, on_error: Callable[[Exception, Any], None]) -> None:
+    """Wrap ``method`` of the class ``target`` once: an error it raises goes to ``on_error(error, sweep folder)``,
+    which ends the process or returns to let the error pass through."""
     from hydra.utils import get_class
 
     _current_sweep["dir"] = sweep_dir
-    sweeper = get_class(target)
-    sweep = sweeper.sweep
-    if getattr(sweep, "fedrun_guarded", False):
+    cls = get_class(target)
+    original = getattr(cls, method)
+    if getattr(original, "fedrun_guarded", False):
         return
 
     def guarded(self, *args, **kwargs):
         try:
-            return sweep(self, *args, **kwargs)
+            return original(self, *args, **kwargs)
         except Exception as err:
-            sweep_dir = _current_sweep["dir"]
-            failed = failed_jobs(sweep_dir) if sweep_dir is not None else {}
-            if not failed or stop_requested(marker(sweep_dir)) is not None:
-                raise
-            from fedrun.errors import FedrunError
-            from fedrun.store.runs import end_sweep_parents
+            on_error(err, _current_sweep["dir"])
+            raise
 
-            first = min(failed)
-            try:
-                end_sweep_parents(sweep_dir, "FAILED", f"the sweeper gave up after {len(failed)} failed job(s): "
-                                                       f"{type(err).__name__}: {err} Job {first}: "
-                                                       f"{first_line(failed[first])}")
-            except FedrunError as store_err:
-                print(f"fedrun: could not end the sweep's run: {store_err}", file=sys.stderr)
-            print(f"fedrun: the sweeper gave up ({type(err).__name__}: {err}).", file=sys.stderr)
-            report_failed_jobs(sweep_dir, failed)
-            sys.exit(1)
+    guarded.fedrun_guarded = True  # type: ignore[attr-defined]
+    setattr(cls, method, guarded)
 
-    guarded.fedrun_guarded = True
-    sweeper.sweep = guarded
+
+def _launcher_lost_jobs(err: Exception, sweep_dir: Any) -> None:
+    name = stop_requested(marker(sweep_dir))
+    if name is None:
+        return
+    from fedrun.errors import FedrunError
+    from fedrun.store.runs import end_orphaned_jobs
+
+    reason = (f"stopped by {name}: the launcher ended this job's process before the run recorded its end "
+              f"({type(err).__name__}); resume from its checkpoint if it wrote one")
+    try:
+        ended = end_orphaned_jobs(sweep_dir, reason)
+    except FedrunError as store_err:
+        ended, reason = 0, f"{reason}; could not mark its run: {store_err}"
+    print(f"fedrun: the launcher lost {ended} running job(s) to the {name} ({type(err).__name__}); their "
+          "runs are marked KILLED with the reason.", file=sys.stderr)
+    exit_stopped(sweep_dir, name)
+
+
+def _sweeper_gave_up(err: Exception, sweep_dir: Any) -> None:
+    failed = failed_jobs(sweep_dir) if sweep_dir is not None else {}
+    if not failed or stop_requested(marker(sweep_dir)) is not None:
+        return
+    from fedrun.errors import FedrunError
+    from fedrun.store.runs import end_sweep_parents
+
+    first = min(failed)
+    try:
+        end_sweep_parents(sweep_dir, "FAILED", f"the sweeper gave up after {len(failed)} failed job(s): "
+                                               f"{type(err).__name__}: {err} Job {first}: {first_line(failed[first])}")
+    except FedrunError as store_err:
+        print(f"fedrun: could not end the sweep's run: {store_err}", file=sys.stderr)
+    print(f"fedrun: the sweeper gave up ({type(err).__name__}: {err}).", file=sys.stderr)
+    report_failed_jobs(sweep_dir, failed)
+    sys.exit(1)
 
 
 def report_failed_jobs(sweep_dir: str | Path, failed: dict[int, str]) -> None:
