@@ -50,6 +50,18 @@ def test_a_sweeper_giving_up_after_failed_jobs_ends_the_sweep_failed_in_one_line
     assert "expected a dataset with ratings. Every job's outcome" in err  # one full stop
 
 
+def test_a_sweeper_giving_up_after_a_stop_ends_the_sweep_as_stopped(tmp_path, monkeypatch, capsys):
+    ended = {}
+    monkeypatch.setattr(track, "end_sweep_parents", lambda sweep_dir, status, reason=None: ended.update(status=status))
+    sweep.guard_sweeper(f"{__name__}.GivingUpSweeper", tmp_path)
+    sweep.request_stop(tmp_path, "SIGINT")
+    with pytest.raises(SystemExit) as exit_:
+        GivingUpSweeper().sweep([])
+    assert exit_.value.code == 130 and ended["status"] == "KILLED"
+    err = capsys.readouterr().err
+    assert "the sweep was stopped by SIGINT" in err and "Traceback" not in err
+
+
 def test_a_sweeper_error_without_failed_jobs_passes_through(tmp_path):
     sweep.guard_sweeper(f"{__name__}.GivingUpSweeper", tmp_path / "elsewhere")
     with pytest.raises(ValueError, match="No trials"):

@@ -101,7 +101,8 @@ def guard_sweeper(target: str, sweep_dir: str | Path) -> None:
     """Wrap the sweeper class ``target`` (``hydra.sweeper._target_``) so that a sweeper that gives up because its
     jobs failed ends the sweep as failed jobs end it (``report_failed_jobs``), with its run FAILED: Optuna's raises
     ``No trials are completed yet`` once every trial failed, which left a traceback and the sweep's run RUNNING.
-    An error with no failed job behind it, or after a stop, passes through."""
+    After a stop the same error ends the sweep as stopped (``exit_stopped``). An error with neither a failed job
+    nor a stop behind it passes through."""
     _guard(target, "sweep", sweep_dir, _sweeper_gave_up)
 
 
@@ -146,8 +147,11 @@ def _launcher_lost_jobs(err: Exception, sweep_dir: Any) -> None:
 
 
 def _sweeper_gave_up(err: Exception, sweep_dir: Any) -> None:
+    name = stop_requested(marker(sweep_dir))
+    if name is not None:  # the stopped jobs returned no value, and a search cannot pick a best one
+        exit_stopped(sweep_dir, name)
     failed = failed_jobs(sweep_dir) if sweep_dir is not None else {}
-    if not failed or stop_requested(marker(sweep_dir)) is not None:
+    if not failed:
         return
     from fedrun.errors import FedrunError
     from fedrun.store.runs import end_sweep_parents
