@@ -69,6 +69,20 @@ def test_a_client_step_keeps_nothing_beside_its_result_unless_it_says_why(option
     assert bool(changed) == (method.client.unshardable is not None), (option, changed[:5])
 
 
+def test_a_share_pickles_its_own_rows_not_the_rounds_whole_buffer():
+    import pickle
+
+    from fedrun.core.world import own_storage
+
+    buffer = torch.randn(1000, 8)  # the round's upload rows; one bucket's are a slice of it
+    part = buffer[100:110]
+    sent = own_storage(part)
+    assert torch.equal(sent, part) and sent.untyped_storage().nbytes() == part.numel() * part.element_size()
+    assert len(pickle.dumps(sent)) * 10 < len(pickle.dumps(part))
+    whole = torch.randn(10, 8)
+    assert own_storage(whole) is whole  # nothing copied where nothing is shared
+
+
 def test_a_sharded_run_refuses_what_it_cannot_deal():
     method, _ = make_method(["sim.clients_per_round=4"])
     with pytest.raises(ConfigError, match=r"WORLD_SIZE=8 is not allowed: expected at most the 4 clients of a round"):

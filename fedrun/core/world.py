@@ -48,12 +48,21 @@ class World:
         import torch.distributed as dist
 
         shares: list[dict[int, Any] | None] = [None] * self.size
-        dist.all_gather_object(shares, {b: map_tensors(result, lambda t: t.cpu()) for b, result in mine.items()})
+        dist.all_gather_object(shares, {b: map_tensors(result, lambda t: own_storage(t.cpu()))
+                                        for b, result in mine.items()})
         merged = {b: result for share in shares for b, result in (share or {}).items()}
         return [map_tensors(merged[b], lambda t: t.to(device)) for b in range(n_buckets)]
 
 
 SINGLE = World()
+
+
+def own_storage(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` itself, or a copy where it is a view into a larger buffer: pickling a view sends its whole storage
+    (a bucket's upload rows are a slice of the round's buffer, ``fedrun.kernels.batching.local_problems``)."""
+    if tensor.untyped_storage().nbytes() > tensor.numel() * tensor.element_size():
+        return tensor.clone()
+    return tensor
 
 
 def map_tensors(value: Any, function) -> Any:
