@@ -53,12 +53,12 @@ def _rejection(seed: int, user: torch.Tensor, position: torch.Tensor, owner: tor
     bad = excluded(owner * stride + draws).nonzero().squeeze(1)  # [n] the draws to redraw, ascending
     for step in range(1, max_rounds):
         if bad.numel() == 0:
-            return draws
+            break
         draws[bad] = hashrng.randint(seed, [user[bad], position[bad], torch.full_like(bad, step)], n_items)
         bad = bad[excluded(owner[bad] * stride + draws[bad])]
-    if bad.numel() == 0:
-        return draws
-    raise RuntimeError("negative sampling did not converge: some user has (almost) every item as a positive")
+    if bad.numel():
+        raise RuntimeError("negative sampling did not converge: some user has (almost) every item as a positive")
+    return draws
 
 
 def sample_negatives(users: torch.Tensor, count: int, n_items: int, positive_keys: torch.Tensor, seed: int,
