@@ -11,7 +11,8 @@ each search ran as ``fedrun -m +experiment=tune/<method> dataset=<d> experiment_
 best setting's command runs on that dataset into ``leaderboard-tuned-<d>`` (``…-rating-<d>``).
 
 A search is one sweep: the latest finished sweep of its experiment in the store (an earlier one, say over an older
-space, or one stopped midway, is set aside), else the ledger an earlier session committed. Writes
+space, or one stopped midway, is set aside), with the sweeps it resumed where it spanned sessions
+(``fedrun.sim.search``), else the ledger an earlier session committed. Writes
 ``<out>/searches.md`` and ``<out>/searches.csv`` (one row per search) and each search's trials to
 ``<out>/<experiment>-trials.csv`` (trials, not results: the below-floor list reads ``*-runs.csv`` only). A best
 value at the edge of its space is flagged: the space should grow before the setting is trusted. Nothing here reads
@@ -186,6 +187,24 @@ def latest_sweep(client, experiment: str) -> tuple[str, str] | None:
     return None
 
 
+def search_sweeps(client, experiment_id: str, last: str) -> list[str]:
+    """The parent runs of one search's sweeps, the first first: ``last`` and the sweeps it resumed (a search that
+    spanned sessions, ``fedrun.sim.search``: each resumed sweep's run names the folder it continued)."""
+    from fedrun.store.runs import RESUMES
+
+    chain = [last]
+    continued = client.get_run(last).data.tags.get(RESUMES)
+    while continued:
+        quoted = continued.replace("'", "\\'")
+        found = client.search_runs([experiment_id], max_results=1, order_by=["attributes.start_time DESC"],
+                                   filter_string=f"tags.`fedrun.kind` = 'sweep' and tags.`fedrun.sweep` = '{quoted}'")
+        if not found or found[0].info.run_id in chain:
+            break
+        chain.append(found[0].info.run_id)
+        continued = found[0].data.tags.get(RESUMES)
+    return chain[::-1]
+
+
 def main(argv: list[str] | None = None) -> int:
     from fedrun.app.report import collect
     from fedrun.store.runs import default_uri, open_client
@@ -209,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         if sweep is None:  # not in this store: the search an earlier session committed
             trials = ledger.read(path)
         else:
-            trials = collect(client, sweep[0], parent=sweep[1])
+            trials = pd.concat([collect(client, sweep[0], parent=p) for p in search_sweeps(client, *sweep)],
+                               ignore_index=True)
             ledger.write(trials, path)
         rows.append(summarise(search, trials))
     table = pd.DataFrame(rows)

@@ -146,14 +146,31 @@ def _launcher_lost_jobs(err: Exception, sweep_dir: Any) -> None:
     exit_stopped(sweep_dir, name)
 
 
+def exit_refused(sweep_dir: str | Path, err: Exception) -> None:
+    """End the sweep on a refused setting of its own (not a job's: say a resumed search that proposes another
+    trial than the record, ``fedrun.sim.search``): one line, its run (where a job made one) FAILED, exit 2."""
+    from fedrun.errors import FedrunError
+    from fedrun.store.runs import end_sweep_parents
+
+    try:
+        end_sweep_parents(sweep_dir, "FAILED", first_line(str(err)))
+    except FedrunError as store_err:
+        print(f"fedrun: could not end the sweep's run: {store_err}", file=sys.stderr)
+    print(f"fedrun: error: {err}", file=sys.stderr)
+    sys.exit(2)
+
+
 def _sweeper_gave_up(err: Exception, sweep_dir: Any) -> None:
+    from fedrun.errors import FedrunError
+
     name = stop_requested(marker(sweep_dir))
     if name is not None:  # the stopped jobs returned no value, and a search cannot pick a best one
         exit_stopped(sweep_dir, name)
+    if isinstance(err, FedrunError) and sweep_dir is not None:
+        exit_refused(sweep_dir, err)
     failed = failed_jobs(sweep_dir) if sweep_dir is not None else {}
     if not failed:
         return
-    from fedrun.errors import FedrunError
     from fedrun.store.runs import end_sweep_parents
 
     first = min(failed)

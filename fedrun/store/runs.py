@@ -19,6 +19,7 @@ from fedrun.store.calls import store_call
 from fedrun.store.liveness import gone_reason
 
 SWEEP_PARENTS = ".fedrun-parents.json"  # in a sweep's folder: its parent run per experiment
+RESUMES_FILE = ".fedrun-resumes"  # in a resumed sweep's folder: the folder of the sweep it continues
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 MAX_PARAMS = 100  # ... and of params
 CHECKPOINT_DIR = "checkpoint"
@@ -26,6 +27,8 @@ MAX_NAME = 256  # MLflow's experiment names: a 256-character column in its SQL s
 FAILURE_REASON = "fedrun.failure_reason"  # why a FAILED or KILLED run stopped
 EARLIER_STOPS = "fedrun.earlier_stops"  # a resumed run's earlier stops, one per line
 RESUMED_FROM = "fedrun.resumed_from"  # a continuation recorded as a new run (its params changed): the run it resumed
+OBJECTIVE = "fedrun.objective"  # what a sweeper was told for the run (repr of a float): a resumed search replays it
+RESUMES = "fedrun.resumes"  # a resumed sweep's run: the folder of the sweep it continues (fedrun.sim.search)
 
 
 def check_experiment_name(field: str, name: object) -> None:

@@ -27,6 +27,8 @@ from fedrun.store.runs import (
     FAILURE_REASON,
     MAX_BATCH,
     MAX_PARAMS,
+    RESUMES,
+    RESUMES_FILE,
     SWEEP_PARENTS,
     check_experiment_name,
     check_store,
@@ -80,7 +82,8 @@ class Mlflow(Tracker):
 
     def sweep_parent(self, experiment: str, sweep_dir: str, overrides: list[str]) -> str | None:
         """One parent run per (sweep folder, experiment), its id kept in ``<sweep>/.fedrun-parents.json`` under a
-        lock (parallel jobs start together). The parent holds the sweep's overrides; ``StopOnSignal`` ends it."""
+        lock (parallel jobs start together). The parent holds the sweep's overrides, and for a resumed search the
+        folder of the sweep it continues (``fedrun.resumes``); ``StopOnSignal`` ends it."""
         import json
 
         registry = Path(sweep_dir) / SWEEP_PARENTS
@@ -92,9 +95,11 @@ class Mlflow(Tracker):
                 client = self._client()
                 name = f"sweep {Path(sweep_dir).name}"
                 owner = Path(sweep_dir) / SWEEP_OWNER  # the Hydra parent, which outlives every job
+                resumes = Path(sweep_dir) / RESUMES_FILE  # a resumed search: the sweep it continues
                 run = client.create_run(experiment_id(client, experiment), run_name=name,
                                         tags={"mlflow.runName": name, "fedrun.kind": "sweep",
                                               "fedrun.sweep": str(sweep_dir),
+                                              **({RESUMES: resumes.read_text().strip()} if resumes.exists() else {}),
                                               **(json.loads(owner.read_text()) if owner.exists() else {})})
                 client.log_param(run.info.run_id, "overrides", " ".join(overrides)[:6000])
                 known[experiment] = {"run_id": run.info.run_id, "uri": self.uri}

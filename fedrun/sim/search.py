@@ -1,0 +1,250 @@
+"""A search that spans sessions: Hydra's Optuna sweeper, resumed from the sweep that ran its first trials.
+
+An Optuna study lives in memory here (optuna 2.10, which hydra-optuna-sweeper 1.3 pins, cannot use its database
+storage on SQLAlchemy 2), so a search stopped midway — the end of a session, a Ctrl-C — used to be lost, and a
+search longer than one session could not run at all. Every ``tune/`` preset registers the callback
+``ResumeSearch`` (``conf/experiment/tune/budget.yaml``), whose one setting names the folder of the sweep to continue:
+
+    fedrun -m +experiment=tune/bil dataset=ml-1m experiment_name=tune-bil-ml-1m \
+        hydra.callbacks.resume_search.sweep=outputs/multirun/2026-12-01/01-24-09
+
+The resumed search *replays* the recorded trials instead of running them again: the seeded sampler proposes trial
+0, 1, … as it did the first time, and each proposal that a recorded trial answers is told that trial's recorded
+outcome (its objective, or its failure) without training (``ReplayLauncher``, in place of the sweeper's launcher).
+The study therefore holds the same history after the replay as the first search did, and the sampler goes on
+exactly as an uninterrupted search would have: the trials that follow are the ones it would have run. Two checks
+keep that true:
+
+  - before anything runs, the command line (the task overrides) must be the first search's, word for word;
+  - every replayed proposal must equal the recorded trial's overrides (``<sweep>/<job>/.hydra/overrides.yaml``):
+    a different space, sampler seed or Optuna version proposes something else, and the search stops there with
+    a named error instead of joining results from two searches.
+
+A trial is recorded when its MLflow run (tag ``fedrun.sweep`` = the folder, ``fedrun.job`` = its number) ended
+FINISHED — its objective is the tag ``fedrun.objective`` (``fedrun.sim.loop``), or, for runs made before that tag
+existed under ``sim.keep_best``, the best validation of the monitored metric, which is the same number — or
+FAILED (told failed again). Replay stops at the first trial that is neither (stopped, abandoned, never started):
+it and everything after it run. A resumed sweep can be resumed in turn: its folder names the one it continued
+(``RESUMES_FILE``; its MLflow run, the tag ``fedrun.resumes``), so the chain is replayed from trial 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.experimental.callback import Callback
+from hydra.plugins.launcher import Launcher
+from omegaconf import DictConfig, OmegaConf
+
+from fedrun.errors import ConfigError, FedrunError
+from fedrun.sim.sweep import exit_refused
+from fedrun.store.runs import OBJECTIVE, RESUMES_FILE
+
+log = logging.getLogger(__name__)
+
+FIELD = "hydra.callbacks.resume_search.sweep"  # where a resumed search names the sweep it continues
+OPTUNA = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
+
+
+
+class SearchDiverged(FedrunError):
+    """A resumed search proposed a trial other than the recorded one: it is not the same search."""
+
+
+@dataclass(frozen=True)
+class RecordedTrial:
+    """A trial of an earlier sweep: the overrides it ran with, its objective (None: it failed), and where."""
+
+    job: int
+    overrides: tuple[str, ...]
+    objective: float | None
+    sweep: Path
+
+    def replay(self, proposed: Sequence[str]) -> JobReturn:
+        """The job return the launcher would have given for this trial, once ``proposed`` is checked to be it."""
+        if tuple(proposed) != self.overrides:
+            raise SearchDiverged(
+                f"the resumed search proposes trial {self.job} as `{' '.join(proposed)}`, but {self.sweep} ran it as "
+                f"`{' '.join(self.overrides)}`: the space, the sampler or its seed differ from that search's; "
+                f"resume it with the same ones, or start a new search without {FIELD}")
+        return JobReturn(overrides=list(proposed), working_dir=str(self.sweep / str(self.job)),
+                         status=JobStatus.COMPLETED, _return_value=self.objective)
+
+
+def sweep_command(sweep: Path) -> list[str]:
+    """The task overrides a sweep was started with (``fedrun.sim.sweep.OVERRIDES``), or a named error."""
+    from fedrun.sim.sweep import OVERRIDES
+
+    recorded = sweep / OVERRIDES
+    if not recorded.is_file():
+        raise ConfigError(FIELD, str(sweep), "the folder of a fedrun sweep (it holds "
+                          f"{OVERRIDES}, written when the sweep started): "
+                          + ("that folder is not one" if sweep.is_dir() else "no such folder"))
+    return recorded.read_text().split()
+
+
+def recorded_trials(sweep: Path, client) -> dict[int, RecordedTrial]:
+    """The trials ``sweep`` and the sweeps it resumed recorded as ended (FINISHED or FAILED), by job number —
+    only the unbroken run from trial 0 (replay stops at the first trial that did not end)."""
+    chain = [sweep]
+    while (chain[-1] / RESUMES_FILE).is_file():
+        earlier = Path((chain[-1] / RESUMES_FILE).read_text().strip())
+        if earlier in chain:
+            raise ConfigError(FIELD, str(sweep), f"a chain of resumed sweeps without a loop; "
+                              f"{earlier} resumes itself")
+        chain.append(earlier)
+    ended: dict[int, RecordedTrial] = {}
+    for folder in reversed(chain):  # the latest sweep's record of a job wins
+        ended.update(_ended_jobs(folder, client))
+    prefix: dict[int, RecordedTrial] = {}
+    while len(prefix) in ended:
+        prefix[len(prefix)] = ended[len(prefix)]
+    return prefix
+
+
+def _ended_jobs(sweep: Path, client) -> dict[int, RecordedTrial]:
+    """The jobs of one sweep folder whose runs ended FINISHED (with an objective) or FAILED."""
+    ended = {}
+    for run in _sweep_runs(sweep, client):
+        job = run.data.tags.get("fedrun.job")
+        overrides_file = sweep / str(job) / ".hydra" / "overrides.yaml"
+        if job is None or not job.isdigit() or not overrides_file.is_file():
+            continue
+        if run.info.status == "FINISHED":
+            objective = _objective(run)
+            if objective is None:
+                continue
+        elif run.info.status != "FAILED":
+            continue
+        else:
+            objective = None
+        overrides = tuple(str(o) for o in OmegaConf.load(overrides_file))
+        ended[int(job)] = RecordedTrial(int(job), overrides, objective, sweep)
+    return ended
+
+
+def as_tagged(sweep: Path) -> str:
+    """A sweep folder as its runs' tag ``fedrun.sweep`` names it: relative to the working folder when inside it (as
+    Hydra's ``outputs/multirun/…``), else absolute."""
+    resolved = sweep.resolve()
+    return str(resolved.relative_to(Path.cwd().resolve())) if resolved.is_relative_to(Path.cwd().resolve()) \
+        else str(resolved)
+
+
+def _sweep_runs(sweep: Path, client) -> list[Any]:
+    """The job runs whose tag ``fedrun.sweep`` names ``sweep`` (as written, or as ``as_tagged`` writes it, or
+    absolute), in every experiment of the store."""
+    names = {str(sweep), as_tagged(sweep), str(sweep.resolve())}
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    runs = []
+    for name in sorted(names):
+        quoted = name.replace("'", "\\'")
+        for start in range(0, len(experiments), 100):
+            runs += [r for r in client.search_runs(experiments[start:start + 100], max_results=50000,
+                                                   filter_string=f"tags.`fedrun.sweep` = '{quoted}'")
+                     if r.data.tags.get("fedrun.kind") != "sweep"]
+    return list({r.info.run_id: r for r in runs}.values())
+
+
+def _objective(run) -> float | None:
+    """What the sweeper was told for a finished trial: ``fedrun.objective``, else (a run from before that tag, under
+    sim.keep_best) the best validation of eval.monitor — the value ``RunResult.objective`` held."""
+    tagged = run.data.tags.get(OBJECTIVE)
+    if tagged is not None:
+        return None if tagged == "None" else float(tagged)
+    monitor = run.data.params.get("eval.monitor")
+    if run.data.params.get("sim.keep_best") == "True" and monitor:
+        value = run.data.metrics.get(f"valid/best_{monitor}")
+        return None if value is None or math.isnan(value) else float(value)
+    return None
+
+
+class ReplayLauncher(Launcher):
+    """A launcher that answers the recorded trials (``RecordedTrial.replay``) and launches the others with the
+    sweep's own launcher, under the job numbers an uninterrupted search would have given them."""
+
+    def __init__(self, launcher: Launcher, recorded: dict[int, RecordedTrial]) -> None:
+        self.launcher = launcher
+        self.recorded = recorded
+
+    def setup(self, **kwargs: Any) -> None:  # the inner launcher is set up already
+        pass
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        replayed: list[JobReturn] = []
+        for proposed in job_overrides:
+            trial = self.recorded.get(initial_job_idx + len(replayed))
+            if trial is None:
+                break
+            replayed.append(trial.replay(proposed))
+            shown = "failed" if trial.objective is None else f"{trial.objective:.6g}"
+            log.info("trial %d replayed from %s: %s", trial.job, trial.sweep, shown)
+        rest = list(job_overrides)[len(replayed):]
+        if not rest:
+            return replayed
+        return replayed + list(self.launcher.launch(rest, initial_job_idx=initial_job_idx + len(replayed)))
+
+
+_pending: dict[str, dict[int, RecordedTrial]] = {}  # the recorded trials a resumed sweep's sweeper will replay
+
+
+class ResumeSearch(Callback):
+    """``hydra.callbacks.resume_search.sweep=<folder>``: continue the search that sweep ran (module docstring)."""
+
+    def __init__(self, sweep: str | None = None) -> None:
+        self.sweep = None if sweep in (None, "") else Path(str(sweep))
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if self.sweep is None:
+            return
+        try:
+            _pending["recorded"] = self._recorded(config)
+            _replay_in(str(config.hydra.sweeper._target_))
+        except FedrunError as err:
+            exit_refused(config.hydra.sweep.dir, err)
+        Path(config.hydra.sweep.dir).mkdir(parents=True, exist_ok=True)
+        (Path(config.hydra.sweep.dir) / RESUMES_FILE).write_text(as_tagged(self.sweep))
+        log.info("resuming the search of %s: %d recorded trial(s) to replay", self.sweep, len(_pending["recorded"]))
+
+    def _recorded(self, config: DictConfig) -> dict[int, RecordedTrial]:
+        from fedrun.store.runs import default_uri, open_client
+
+        assert self.sweep is not None
+        command = [str(o) for o in config.hydra.overrides.task]
+        earlier = sweep_command(self.sweep)
+        if sorted(earlier) != sorted(command):
+            raise ConfigError(FIELD, str(self.sweep),
+                              f"a sweep of this search: it ran `{' '.join(earlier)}`, this one is "
+                              f"`{' '.join(command)}` (the command line must be the same, hydra.* settings aside)")
+        if Path(config.hydra.sweep.dir).resolve() == self.sweep.resolve():
+            raise ConfigError(FIELD, str(self.sweep), "an earlier sweep's folder, not this one's")
+        uri = OmegaConf.select(config, "track.uri") or default_uri()
+        return recorded_trials(self.sweep, open_client(str(uri)))
+
+
+def _replay_in(target: str) -> None:
+    """Make the sweeper class ``target`` (Optuna's: it asks its sampler, launches, then tells) launch through a
+    ``ReplayLauncher`` of the pending recorded trials, wrapping its ``setup`` once."""
+    from hydra.utils import get_class
+
+    if target != OPTUNA:
+        raise ConfigError("hydra/sweeper", target.rsplit(".", 1)[-1], "the Optuna sweeper (hydra/sweeper=optuna): "
+                          f"{FIELD} resumes a search")
+    cls: Any = get_class(target)
+    if getattr(cls.setup, "fedrun_replays", False):
+        return
+    original = cls.setup
+
+    def setup(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        recorded = _pending.pop("recorded", None)
+        if recorded is not None:  # Optuna's sweeper keeps its launcher on its implementation
+            self.sweeper.launcher = ReplayLauncher(self.sweeper.launcher, recorded)
+
+    setup.fedrun_replays = True  # type: ignore[attr-defined]
+    cls.setup = setup

@@ -1,0 +1,167 @@
+"""A search resumed from an earlier sweep (fedrun.sim.search): the recorded trials are read from the store in an
+unbroken run from trial 0 (FINISHED with an objective, or FAILED), the latest sweep of a chain wins, the replay
+answers exactly the recorded proposals and launches the rest under their own job numbers, and every way of naming
+the wrong sweep is refused by name before anything runs."""
+
+from __future__ import annotations
+
+import pytest
+from hydra.core.utils import JobReturn, JobStatus
+from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
+
+from fedrun.app.tuning import search_sweeps
+from fedrun.errors import ConfigError
+from fedrun.sim import search
+from fedrun.sim.sweep import OVERRIDES
+from fedrun.store.runs import OBJECTIVE, RESUMES, RESUMES_FILE
+
+COMMAND = "+experiment=tune/fedavg sim.epochs=1"
+
+
+def proposal(lr: float) -> tuple[str, ...]:
+    return (f"method.optimizer.lr={lr}", *COMMAND.split())
+
+
+def make_sweep(root, name: str, resumes: str | None = None):
+    folder = root / name
+    folder.mkdir(parents=True)
+    (folder / OVERRIDES).write_text(COMMAND)
+    if resumes is not None:
+        (folder / RESUMES_FILE).write_text(resumes)
+    return folder
+
+
+def record(client, experiment: str, folder, job: int, lr: float, status: str = "FINISHED", tags=None,
+           params=None, metrics=None) -> None:
+    """One trial of ``folder``: its overrides file (as Hydra writes it) and its run."""
+    hydra_dir = folder / str(job) / ".hydra"
+    hydra_dir.mkdir(parents=True)
+    OmegaConf.save(OmegaConf.create(list(proposal(lr))), hydra_dir / "overrides.yaml")
+    run = client.create_run(experiment, tags={"fedrun.sweep": str(folder), "fedrun.job": str(job), **(tags or {})})
+    for key, value in (params or {}).items():
+        client.log_param(run.info.run_id, key, value)
+    for key, value in (metrics or {}).items():
+        client.log_metric(run.info.run_id, key, value)
+    client.set_terminated(run.info.run_id, status)
+
+
+@pytest.fixture
+def client():
+    return MlflowClient()
+
+
+def test_the_record_is_the_unbroken_run_of_ended_trials_from_trial_0(tmp_path, client):
+    experiment = client.create_experiment("tune-x")
+    first = make_sweep(tmp_path, "A")
+    record(client, experiment, first, 0, 0.1, tags={OBJECTIVE: "0.25"})
+    record(client, experiment, first, 1, 0.2, status="FAILED")
+    record(client, experiment, first, 2, 0.3, params={"sim.keep_best": "True", "eval.monitor": "ndcg_at_10"},
+           metrics={"valid/best_ndcg_at_10": 0.125})  # a run from before the objective's tag: its best validation
+    record(client, experiment, first, 3, 0.4, status="KILLED")  # stopped: it and everything after it run again
+    record(client, experiment, first, 4, 0.5, tags={OBJECTIVE: "0.5"})
+    recorded = search.recorded_trials(first, client)
+    assert sorted(recorded) == [0, 1, 2]
+    assert [recorded[j].objective for j in range(3)] == [0.25, None, 0.125]
+    assert recorded[0].overrides == proposal(0.1) and recorded[0].sweep == first
+
+
+def test_a_chain_of_resumed_sweeps_is_read_from_its_first_and_the_latest_record_of_a_job_wins(tmp_path, client):
+    experiment = client.create_experiment("tune-x")
+    first = make_sweep(tmp_path, "A")
+    record(client, experiment, first, 0, 0.1, tags={OBJECTIVE: "0.25"})
+    record(client, experiment, first, 1, 0.2, status="KILLED")
+    second = make_sweep(tmp_path, "B", resumes=str(first))
+    record(client, experiment, second, 1, 0.2, tags={OBJECTIVE: "0.75"})  # the stopped trial, run again
+    record(client, experiment, second, 2, 0.3, tags={OBJECTIVE: "0.5"})
+    recorded = search.recorded_trials(second, client)
+    assert {j: (t.objective, t.sweep.name) for j, t in recorded.items()} == {
+        0: (0.25, "A"), 1: (0.75, "B"), 2: (0.5, "B")}
+    (first / RESUMES_FILE).write_text(str(second))
+    with pytest.raises(ConfigError, match="without a loop"):
+        search.recorded_trials(second, client)
+
+
+class CountingLauncher:
+    def __init__(self):
+        self.calls = []
+
+    def launch(self, job_overrides, initial_job_idx):
+        self.calls.append((list(job_overrides), initial_job_idx))
+        return [JobReturn(overrides=list(o), status=JobStatus.COMPLETED, _return_value=9.0) for o in job_overrides]
+
+
+def test_the_replay_answers_recorded_trials_and_launches_the_rest_under_their_job_numbers(tmp_path):
+    recorded = {0: search.RecordedTrial(0, proposal(0.1), 0.25, tmp_path),
+                1: search.RecordedTrial(1, proposal(0.2), None, tmp_path)}
+    inner = CountingLauncher()
+    launcher = search.ReplayLauncher(inner, recorded)
+    returns = launcher.launch([proposal(0.1), proposal(0.2), proposal(0.3)], initial_job_idx=0)
+    assert [r.return_value for r in returns] == [0.25, None, 9.0]  # None: the sweeper tells it failed, as before
+    assert inner.calls == [([proposal(0.3)], 2)]
+    assert launcher.launch([proposal(0.4)], initial_job_idx=3)[0].return_value == 9.0
+    assert inner.calls[-1] == ([proposal(0.4)], 3)
+
+
+def test_a_proposal_other_than_the_record_stops_the_search_by_name(tmp_path):
+    launcher = search.ReplayLauncher(CountingLauncher(), {0: search.RecordedTrial(0, proposal(0.1), 0.25, tmp_path)})
+    with pytest.raises(search.SearchDiverged, match="proposes trial 0 as `method.optimizer.lr=0.7 .*ran it as "
+                                                    "`method.optimizer.lr=0.1"):
+        launcher.launch([proposal(0.7)], initial_job_idx=0)
+
+
+def config(tmp_path, command: str = COMMAND) -> OmegaConf:
+    return OmegaConf.create({"hydra": {"overrides": {"task": command.split()},
+                                       "sweep": {"dir": str(tmp_path / "new")},
+                                       "sweeper": {"_target_": search.OPTUNA}}})
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("missing", "expected the folder of a fedrun sweep .*no such folder"),
+    ("not a sweep", "expected the folder of a fedrun sweep .*that folder is not one"),
+    ("another command", "it ran `\\+experiment=tune/fedavg sim.epochs=1`, this one is `.* sim.epochs=2`"),
+    ("itself", "an earlier sweep's folder, not this one's"),
+])
+def test_the_wrong_sweep_to_resume_is_refused_before_anything_runs(tmp_path, capsys, case, expected):
+    earlier = make_sweep(tmp_path, "A")
+    cfg = config(tmp_path)
+    if case == "missing":
+        earlier = tmp_path / "nope"
+    elif case == "not a sweep":
+        (earlier / OVERRIDES).unlink()
+    elif case == "another command":
+        cfg = config(tmp_path, "+experiment=tune/fedavg sim.epochs=2")
+    else:
+        cfg.hydra.sweep.dir = str(earlier)
+    with pytest.raises(SystemExit) as exit_:
+        search.ResumeSearch(str(earlier)).on_multirun_start(cfg)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fedrun: error: hydra.callbacks.resume_search.sweep=") and "Traceback" not in err
+    assert __import__("re").search(expected, err)
+
+
+def test_only_a_search_can_be_resumed(tmp_path, capsys):
+    earlier = make_sweep(tmp_path, "A")
+    cfg = config(tmp_path)
+    cfg.hydra.sweeper._target_ = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+    with pytest.raises(SystemExit):
+        search.ResumeSearch(str(earlier)).on_multirun_start(cfg)
+    assert "hydra/sweeper='BasicSweeper' is not allowed: expected the Optuna sweeper" in capsys.readouterr().err
+
+
+def test_without_a_sweep_to_resume_the_callback_does_nothing(tmp_path):
+    search.ResumeSearch(None).on_multirun_start(config(tmp_path))
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_search_that_spanned_sessions_is_read_as_one_from_its_first_sweep(client):
+    """fedrun.app.tuning: the latest sweep's run names the folder it resumed, and so on back to the first."""
+    experiment = client.create_experiment("tune-x")
+    parents = []
+    for folder, resumes in (("A", None), ("B", "A"), ("C", "B")):
+        run = client.create_run(experiment, tags={"fedrun.kind": "sweep", "fedrun.sweep": folder,
+                                                  **({RESUMES: resumes} if resumes else {})})
+        parents.append(run.info.run_id)
+    assert search_sweeps(client, experiment, parents[2]) == parents
+    assert search_sweeps(client, experiment, parents[0]) == parents[:1]
