@@ -62,10 +62,15 @@ def test_a_sweeper_giving_up_after_a_stop_ends_the_sweep_as_stopped(tmp_path, mo
     assert "the sweep was stopped by SIGINT" in err and "Traceback" not in err
 
 
+class BrokenSweeper:
+    def sweep(self, arguments):
+        raise KeyError("sampler")
+
+
 def test_a_sweeper_error_without_failed_jobs_passes_through(tmp_path):
-    sweep.guard_sweeper(f"{__name__}.GivingUpSweeper", tmp_path / "elsewhere")
-    with pytest.raises(ValueError, match="No trials"):
-        GivingUpSweeper().sweep([])
+    sweep.guard_sweeper(f"{__name__}.BrokenSweeper", tmp_path / "elsewhere")
+    with pytest.raises(KeyError, match="sampler"):
+        BrokenSweeper().sweep([])
 
 
 def test_an_error_without_a_stop_passes_through(tmp_path):
@@ -111,3 +116,16 @@ def test_a_sweep_folder_tells_each_jobs_outcome_without_a_store(tmp_path):
     assert "| 0   | sim.seed=1 | FINISHED | hr_at_10 0.1234" in text
     assert "| 1   | sim.seed=2 | FAILED   | sim.local_epochs=0 is not allowed " in text
     assert "| 2   | sim.seed=3 | UNKNOWN  | no outcome recorded" in text
+
+
+def test_a_search_whose_runs_validated_nothing_ends_in_one_line_that_says_so(tmp_path, monkeypatch, capsys):
+    """Every trial returned None (no validation within the run): Optuna has nothing to optimise and gives up."""
+    ended = {}
+    monkeypatch.setattr(track, "end_sweep_parents",
+                        lambda sweep_dir, status, reason=None: ended.update(status=status, reason=reason))
+    sweep.guard_sweeper(f"{__name__}.GivingUpSweeper", tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        GivingUpSweeper().sweep([])
+    assert exit_.value.code == 2 and ended["status"] == "FAILED"
+    err = capsys.readouterr().err
+    assert "no trial returned a value to optimise" in err and "sim.eval_every" in err and "Traceback" not in err

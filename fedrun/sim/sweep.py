@@ -34,6 +34,7 @@ from fedrun.store.liveness import SWEEP_OWNER, owner_tags
 
 STOP_MARKER = ".fedrun-stop"
 FAILED_JOBS = ".fedrun-failed"  # in a sweep's folder: one file per failed job, holding its reason
+NOTHING_TO_OPTIMISE = "No trials are completed yet"  # Optuna's error once no trial returned a value
 OVERRIDES = ".fedrun-overrides"  # the sweep's command line, for the sweep's own run (``sweep_parent``)
 
 
@@ -169,6 +170,11 @@ def _sweeper_gave_up(err: Exception, sweep_dir: Any) -> None:
     if isinstance(err, FedrunError) and sweep_dir is not None:
         exit_refused(sweep_dir, err)
     failed = failed_jobs(sweep_dir) if sweep_dir is not None else {}
+    if not failed and sweep_dir is not None and NOTHING_TO_OPTIMISE in str(err):
+        exit_refused(sweep_dir, FedrunError(
+            f"the sweeper gave up ({type(err).__name__}: {err}): no trial returned a value to optimise, so every run "
+            "ended without a validation; give a search runs that validate (sim.eval_every within sim.epochs and "
+            "sim.max_rounds)"))
     if not failed:
         return
     from fedrun.store.runs import end_sweep_parents
