@@ -66,6 +66,21 @@ def test_the_record_is_the_unbroken_run_of_ended_trials_from_trial_0(tmp_path, c
     assert recorded[0].overrides == proposal(0.1) and recorded[0].sweep == first
 
 
+def test_a_trial_stopped_with_a_checkpoint_goes_on_from_it_after_the_ended_ones(tmp_path, client):
+    experiment = client.create_experiment("tune-x")
+    first = make_sweep(tmp_path, "A")
+    checkpoint = first / "1" / "checkpoint.pt"
+    record(client, experiment, first, 0, 0.1, tags={OBJECTIVE: "0.25"})
+    record(client, experiment, first, 1, 0.2, status="KILLED",
+           tags={"fedrun.failure_reason": f"stopped by SIGINT after round 90; resume with sim.resume={checkpoint}"})
+    record(client, experiment, first, 2, 0.3, tags={OBJECTIVE: "0.5"})  # after the stop: runs again
+    assert sorted(search.recorded_trials(first, client)) == [0]  # the checkpoint is gone: trial 1 starts over
+    checkpoint.write_bytes(b"state")
+    recorded = search.recorded_trials(first, client)
+    assert sorted(recorded) == [0, 1] and recorded[0].ended
+    assert not recorded[1].ended and recorded[1].checkpoint == str(checkpoint)
+
+
 def test_a_chain_of_resumed_sweeps_is_read_from_its_first_and_the_latest_record_of_a_job_wins(tmp_path, client):
     experiment = client.create_experiment("tune-x")
     first = make_sweep(tmp_path, "A")
@@ -98,9 +113,20 @@ def test_the_replay_answers_recorded_trials_and_launches_the_rest_under_their_jo
     launcher = search.ReplayLauncher(inner, recorded)
     returns = launcher.launch([proposal(0.1), proposal(0.2), proposal(0.3)], initial_job_idx=0)
     assert [r.return_value for r in returns] == [0.25, None, 9.0]  # None: the sweeper tells it failed, as before
-    assert inner.calls == [([proposal(0.3)], 2)]
+    assert inner.calls == [([list(proposal(0.3))], 2)]
     assert launcher.launch([proposal(0.4)], initial_job_idx=3)[0].return_value == 9.0
-    assert inner.calls[-1] == ([proposal(0.4)], 3)
+    assert inner.calls[-1] == ([list(proposal(0.4))], 3)
+
+
+def test_the_stopped_trial_is_launched_to_go_on_from_its_checkpoint(tmp_path):
+    recorded = {0: search.RecordedTrial(0, proposal(0.1), 0.25, tmp_path),
+                1: search.RecordedTrial(1, proposal(0.2), None, tmp_path, checkpoint="/c/checkpoint.pt")}
+    inner = CountingLauncher()
+    returns = search.ReplayLauncher(inner, recorded).launch([proposal(0.1), proposal(0.2)], initial_job_idx=0)
+    assert [r.return_value for r in returns] == [0.25, 9.0]
+    assert inner.calls == [([[*proposal(0.2), "sim.resume=/c/checkpoint.pt"]], 1)]
+    with pytest.raises(search.SearchDiverged, match="proposes trial 1"):
+        search.ReplayLauncher(inner, recorded).launch([proposal(0.1), proposal(0.7)], initial_job_idx=0)
 
 
 def test_a_proposal_other_than_the_record_stops_the_search_by_name(tmp_path):

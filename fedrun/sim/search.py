@@ -23,8 +23,10 @@ keep that true:
 A trial is recorded when its MLflow run (tag ``fedrun.sweep`` = the folder, ``fedrun.job`` = its number) ended
 FINISHED — its objective is the tag ``fedrun.objective`` (``fedrun.sim.loop``), or, for runs made before that tag
 existed under ``sim.keep_best``, the best validation of the monitored metric, which is the same number — or
-FAILED (told failed again). Replay stops at the first trial that is neither (stopped, abandoned, never started):
-it and everything after it run. A resumed sweep can be resumed in turn: its folder names the one it continued
+FAILED (told failed again). Replay stops at the first trial that is neither. If that trial was stopped with a
+checkpoint (a session's end: its run KILLED, ``resume with sim.resume=…`` in its reason), it goes on from the
+checkpoint in its own run (``sim.resume`` added to its overrides), so a stop loses no training; one abandoned
+without a checkpoint, or never started, runs from its start. Everything after it runs. A resumed sweep can be resumed in turn: its folder names the one it continued
 (``RESUMES_FILE``; its MLflow run, the tag ``fedrun.resumes``), so the chain is replayed from trial 0.
 """
 
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -58,20 +61,30 @@ class SearchDiverged(FedrunError):
 
 @dataclass(frozen=True)
 class RecordedTrial:
-    """A trial of an earlier sweep: the overrides it ran with, its objective (None: it failed), and where."""
+    """A trial of an earlier sweep: the overrides it ran with, and either its end (its objective; None: it failed)
+    or, for a trial stopped midway, the checkpoint it goes on from (``sim.resume``)."""
 
     job: int
     overrides: tuple[str, ...]
     objective: float | None
     sweep: Path
+    checkpoint: str | None = None
 
-    def replay(self, proposed: Sequence[str]) -> JobReturn:
-        """The job return the launcher would have given for this trial, once ``proposed`` is checked to be it."""
+    @property
+    def ended(self) -> bool:
+        return self.checkpoint is None
+
+    def check(self, proposed: Sequence[str]) -> None:
+        """Refuse a proposal other than the one this trial ran with (``SearchDiverged``)."""
         if tuple(proposed) != self.overrides:
             raise SearchDiverged(
                 f"the resumed search proposes trial {self.job} as `{' '.join(proposed)}`, but {self.sweep} ran it as "
                 f"`{' '.join(self.overrides)}`: the space, the sampler or its seed differ from that search's; "
                 f"resume it with the same ones, or start a new search without {FIELD}")
+
+    def replay(self, proposed: Sequence[str]) -> JobReturn:
+        """The job return the launcher would have given for this ended trial, once ``proposed`` is checked."""
+        self.check(proposed)
         return JobReturn(overrides=list(proposed), working_dir=str(self.sweep / str(self.job)),
                          status=JobStatus.COMPLETED, _return_value=self.objective)
 
@@ -89,8 +102,9 @@ def sweep_command(sweep: Path) -> list[str]:
 
 
 def recorded_trials(sweep: Path, client) -> dict[int, RecordedTrial]:
-    """The trials ``sweep`` and the sweeps it resumed recorded as ended (FINISHED or FAILED), by job number —
-    only the unbroken run from trial 0 (replay stops at the first trial that did not end)."""
+    """The trials ``sweep`` and the sweeps it resumed recorded as ended (FINISHED or FAILED), by job number — only
+    the unbroken run from trial 0 — and after them the first trial that did not end, where it was stopped with a
+    checkpoint that is still there (it goes on from it; a trial without one runs again from its start)."""
     chain = [sweep]
     while (chain[-1] / RESUMES_FILE).is_file():
         earlier = Path((chain[-1] / RESUMES_FILE).read_text().strip())
@@ -98,34 +112,54 @@ def recorded_trials(sweep: Path, client) -> dict[int, RecordedTrial]:
             raise ConfigError(FIELD, str(sweep), f"a chain of resumed sweeps without a loop; "
                               f"{earlier} resumes itself")
         chain.append(earlier)
-    ended: dict[int, RecordedTrial] = {}
+    records: dict[int, RecordedTrial] = {}
     for folder in reversed(chain):  # the latest sweep's record of a job wins
-        ended.update(_ended_jobs(folder, client))
+        records.update(_job_records(folder, client))
     prefix: dict[int, RecordedTrial] = {}
-    while len(prefix) in ended:
-        prefix[len(prefix)] = ended[len(prefix)]
+    while len(prefix) in records and records[len(prefix)].ended:
+        prefix[len(prefix)] = records[len(prefix)]
+    if len(prefix) in records:
+        prefix[len(prefix)] = records[len(prefix)]
     return prefix
 
 
-def _ended_jobs(sweep: Path, client) -> dict[int, RecordedTrial]:
-    """The jobs of one sweep folder whose runs ended FINISHED (with an objective) or FAILED."""
-    ended = {}
+def _job_records(sweep: Path, client) -> dict[int, RecordedTrial]:
+    """The jobs of one sweep folder whose runs ended FINISHED (with an objective) or FAILED, or were stopped with a
+    checkpoint to go on from."""
+    records = {}
     for run in _sweep_runs(sweep, client):
         job = run.data.tags.get("fedrun.job")
         overrides_file = sweep / str(job) / ".hydra" / "overrides.yaml"
         if job is None or not job.isdigit() or not overrides_file.is_file():
             continue
+        objective, checkpoint = None, None
         if run.info.status == "FINISHED":
             objective = _objective(run)
             if objective is None:
                 continue
         elif run.info.status != "FAILED":
-            continue
-        else:
-            objective = None
-        overrides = tuple(str(o) for o in OmegaConf.load(overrides_file))
-        ended[int(job)] = RecordedTrial(int(job), overrides, objective, sweep)
-    return ended
+            checkpoint = _checkpoint(run, client)
+            if checkpoint is None:
+                continue
+        overrides = tuple(str(o) for o in OmegaConf.load(overrides_file) if not str(o).startswith("sim.resume="))
+        records[int(job)] = RecordedTrial(int(job), overrides, objective, sweep, checkpoint)
+    return records
+
+
+def _checkpoint(run, client) -> str | None:
+    """Where a stopped run goes on from, as its stop reason names it (``... resume with sim.resume=<path or run
+    id>``), if that checkpoint is still there."""
+    from fedrun.store.runs import CHECKPOINT_DIR, FAILURE_REASON
+
+    found = re.search(r"sim\.resume=(\S+)$", run.data.tags.get(FAILURE_REASON, "").strip())
+    if found is None:
+        return None
+    where = found.group(1).rstrip(".")
+    if Path(where).is_file():
+        return where
+    if where == run.info.run_id and client.list_artifacts(run.info.run_id, CHECKPOINT_DIR):
+        return where
+    return None
 
 
 def as_tagged(sweep: Path) -> str:
@@ -179,15 +213,21 @@ class ReplayLauncher(Launcher):
         replayed: list[JobReturn] = []
         for proposed in job_overrides:
             trial = self.recorded.get(initial_job_idx + len(replayed))
-            if trial is None:
+            if trial is None or not trial.ended:
                 break
             replayed.append(trial.replay(proposed))
             shown = "failed" if trial.objective is None else f"{trial.objective:.6g}"
             log.info("trial %d replayed from %s: %s", trial.job, trial.sweep, shown)
-        rest = list(job_overrides)[len(replayed):]
+        rest = [list(o) for o in job_overrides][len(replayed):]
         if not rest:
             return replayed
-        return replayed + list(self.launcher.launch(rest, initial_job_idx=initial_job_idx + len(replayed)))
+        first = initial_job_idx + len(replayed)
+        stopped = self.recorded.get(first)
+        if stopped is not None:  # stopped midway: it goes on from its checkpoint, in its own run
+            stopped.check(rest[0])
+            rest[0].append(f"sim.resume={stopped.checkpoint}")
+            log.info("trial %d goes on from its checkpoint %s", first, stopped.checkpoint)
+        return replayed + list(self.launcher.launch(rest, initial_job_idx=first))
 
 
 _pending: dict[str, dict[int, RecordedTrial]] = {}  # the recorded trials a resumed sweep's sweeper will replay
