@@ -75,8 +75,9 @@ class RecordedTrial:
         return self.checkpoint is None
 
     def check(self, proposed: Sequence[str]) -> None:
-        """Refuse a proposal other than the one this trial ran with (``SearchDiverged``)."""
-        if tuple(proposed) != self.overrides:
+        """Refuse a proposal other than the one this trial ran with (``SearchDiverged``); the order of the command
+        line's own overrides, which may differ between the two commands, does not count."""
+        if sorted(proposed) != sorted(self.overrides):
             raise SearchDiverged(
                 f"the resumed search proposes trial {self.job} as `{' '.join(proposed)}`, but {self.sweep} ran it as "
                 f"`{' '.join(self.overrides)}`: the space, the sampler or its seed differ from that search's; "
