@@ -5,6 +5,8 @@ the wrong sweep is refused by name before anything runs."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hydra.core.utils import JobReturn, JobStatus
 from mlflow.tracking import MlflowClient
@@ -191,3 +193,24 @@ def test_a_search_that_spanned_sessions_is_read_as_one_from_its_first_sweep(clie
         parents.append(run.info.run_id)
     assert search_sweeps(client, experiment, parents[2]) == parents
     assert search_sweeps(client, experiment, parents[0]) == parents[:1]
+
+
+def test_a_failed_trial_tells_a_search_the_worst_value_of_its_direction():
+    """So that TPE learns to avoid a refused or diverging setting instead of proposing beside it again."""
+    optuna = {"_target_": search.OPTUNA, "direction": "maximize"}
+    assert search.failed_trial_value(OmegaConf.create(optuna)) == -math.inf
+    assert search.failed_trial_value(OmegaConf.create({**optuna, "direction": "Direction.minimize"})) == math.inf
+    basic = {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"}
+    assert search.failed_trial_value(OmegaConf.create(basic)) is None
+
+
+def test_a_trial_is_replayed_with_the_value_it_told_its_sweeper(tmp_path, client):
+    experiment = client.create_experiment("tune-x")
+    first = make_sweep(tmp_path, "A")
+    record(client, experiment, first, 0, 0.1, status="FAILED")
+    record(client, experiment, first, 1, 0.2, status="FAILED")
+    record(client, experiment, first, 2, 0.3, tags={OBJECTIVE: "0.25"})
+    (first / "0" / search.TOLD).write_text("-inf")  # a failed trial told the worst value (since session 63) …
+    (first / "2" / search.TOLD).write_text("0.5")  # … the file is what the sampler was told, before any tag
+    recorded = search.recorded_trials(first, client)
+    assert [recorded[j].objective for j in range(3)] == [-math.inf, None, 0.5]  # 1: told "failed", as before

@@ -22,6 +22,7 @@ from fedrun.core.paths import config_dir
 from fedrun.core.plugins import search_path_override
 from fedrun.errors import ConfigError, FedrunError
 from fedrun.sim import launchers
+from fedrun.sim.search import failed_trial_value, tell_sweeper
 from fedrun.sim.signals import AbortedBeforeStart, Interrupted
 from fedrun.sim.sweep import marker, record_failed_job, request_stop, stop_requested
 
@@ -75,9 +76,11 @@ def _task(cfg: DictConfig) -> float | None:
         print(f"\nfedrun: error: {err}", file=sys.stderr)
         if multirun:
             record_failed_job(str(sweep), hydra_cfg.job.num, str(err))  # the sweep exits 1 at its end
-            return None  # recorded as FAILED; the sweep continues with the next job
+            # recorded as FAILED; the sweep continues with the next job, and a search learns to avoid its setting
+            return tell_sweeper(failed_trial_value(hydra_cfg.sweeper))
         sys.exit(2)
-    return result.objective  # a sweeper (hydra/sweeper=optuna) optimises validation, never the test
+    # a sweeper (hydra/sweeper=optuna) optimises validation, never the test
+    return tell_sweeper(result.objective) if multirun else result.objective
 
 
 def refuse_early(cfg: DictConfig, sweep: str | None, job: int | None) -> None:
