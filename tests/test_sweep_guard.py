@@ -129,3 +129,23 @@ def test_a_search_whose_runs_validated_nothing_ends_in_one_line_that_says_so(tmp
     assert exit_.value.code == 2 and ended["status"] == "FAILED"
     err = capsys.readouterr().err
     assert "no trial returned a value to optimise" in err and "sim.eval_every" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("jobs, status", [((0, 1), "FAILED"), ((0, 1, 2), "FINISHED")])
+def test_a_sweep_whose_every_job_failed_is_failed_itself(tmp_path, monkeypatch, capsys, jobs, status):
+    from omegaconf import OmegaConf
+
+    ended = {}
+    monkeypatch.setattr(track, "end_sweep_parents",
+                        lambda sweep_dir, status, reason=None: ended.update(status=status, reason=reason))
+    for job in jobs:
+        (tmp_path / str(job)).mkdir()
+    for job in (0, 1):
+        sweep.record_failed_job(tmp_path, job, "backbone.l2=0.001 is not allowed: expected a value under 0.0005.")
+    with pytest.raises(SystemExit) as exit_:
+        sweep.StopOnSignal().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
+    assert exit_.value.code == 1 and ended["status"] == status
+    if status == "FAILED":
+        assert ended["reason"] == "every job failed (2). Job 0: backbone.l2=0.001 is not allowed: expected a value " \
+                                  "under 0.0005"
+    assert "2 job(s) of the sweep failed (0, 1)" in capsys.readouterr().err

@@ -31,6 +31,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from fedrun.store.liveness import SWEEP_OWNER, owner_tags
+from fedrun.store.runs import RESUMES_FILE
 
 STOP_MARKER = ".fedrun-stop"
 FAILED_JOBS = ".fedrun-failed"  # in a sweep's folder: one file per failed job, holding its reason
@@ -71,6 +72,12 @@ def failed_jobs(sweep_dir: str | Path) -> dict[int, str]:
     """The sweep's failed jobs: job number → reason."""
     folder = Path(sweep_dir) / FAILED_JOBS
     return {int(p.name): p.read_text() for p in folder.iterdir() if p.name.isdigit()} if folder.is_dir() else {}
+
+
+def launched_jobs(sweep_dir: str | Path) -> set[int]:
+    """The job numbers the sweep launched: its numbered job folders."""
+    folder = Path(sweep_dir)
+    return {int(p.name) for p in folder.iterdir() if p.name.isdigit() and p.is_dir()} if folder.is_dir() else set()
 
 
 def exit_stopped(sweep_dir: str | Path, name: str) -> None:
@@ -260,11 +267,18 @@ class StopOnSignal(Callback):
         name = stop_requested(marker(config.hydra.sweep.dir))
         if name is not None:
             exit_stopped(config.hydra.sweep.dir, name)
-        try:
-            end_sweep_parents(config.hydra.sweep.dir, "FINISHED")
+        failed = failed_jobs(config.hydra.sweep.dir)
+        launched = launched_jobs(config.hydra.sweep.dir)
+        try:  # a sweep whose every job failed (a search whose every setting was refused) is itself FAILED
+            resumed = (Path(config.hydra.sweep.dir) / RESUMES_FILE).exists()  # its replayed trials ended well
+            if failed and launched <= set(failed) and not resumed:
+                first = min(failed)
+                end_sweep_parents(config.hydra.sweep.dir, "FAILED",
+                                  f"every job failed ({len(failed)}). Job {first}: {first_line(failed[first])}")
+            else:
+                end_sweep_parents(config.hydra.sweep.dir, "FINISHED")
         except FedrunError as err:
             print(f"fedrun: could not end the sweep's run: {err}", file=sys.stderr)
-        failed = failed_jobs(config.hydra.sweep.dir)
         if failed:  # after the report (Hydra ends the callbacks in reverse order): a script sees the failure
             report_failed_jobs(config.hydra.sweep.dir, failed)
             sys.exit(1)
