@@ -54,9 +54,6 @@ log = logging.getLogger(__name__)
 
 FIELD = "hydra.callbacks.resume_search.sweep"  # where a resumed search names the sweep it continues
 OPTUNA = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
-
-
-
 TOLD = ".fedrun-objective"  # in a sweep job's folder: the value the job returned to its sweeper (repr of a float)
 
 
