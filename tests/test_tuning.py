@@ -161,3 +161,16 @@ def test_a_best_value_at_the_edge_of_its_space_is_flagged():
     assert at_edge("choice(4, 8, 16)", "4") and at_edge("choice(4, 8, 16)", "16")
     assert not at_edge("choice(4, 8, 16)", "8")
     assert not at_edge("choice(0.1, 0.2)", "0.2")  # two options have no inside
+
+
+def test_summarising_some_searches_again_keeps_the_other_searches_rows(tmp_path):
+    from fedrun.app.tuning import with_earlier_searches
+
+    path = tmp_path / "searches.csv"
+    pd.DataFrame({"experiment": ["tune-a", "tune-b", "tune-c"], "best_valid": [1.0, 2.0, float("nan")],
+                  "setting": ["x=1", "y=2", None]}).to_csv(path, index=False)
+    again = pd.DataFrame({"experiment": ["tune-b", "tune-d"], "best_valid": [3.0, 4.0], "setting": ["y=3", "z=4"]})
+    merged = with_earlier_searches(again, path)
+    assert list(merged["experiment"]) == ["tune-a", "tune-b", "tune-c", "tune-d"]  # the earlier order, new last
+    assert list(merged["best_valid"][:2]) == [1.0, 3.0] and list(merged["setting"]) == ["x=1", "y=3", "", "z=4"]
+    assert with_earlier_searches(again, tmp_path / "none.csv").equals(again)

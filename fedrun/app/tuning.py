@@ -13,7 +13,8 @@ best setting's command runs on that dataset into ``leaderboard-tuned-<d>`` (``â€
 A search is one sweep: the latest finished sweep of its experiment in the store (an earlier one, say over an older
 space, or one stopped midway, is set aside), with the sweeps it resumed where it spanned sessions
 (``fedrun.sim.search``), else the ledger an earlier session committed. Writes
-``<out>/searches.md`` and ``<out>/searches.csv`` (one row per search) and each search's trials to
+``<out>/searches.md`` and ``<out>/searches.csv`` (one row per search; the searches an earlier summary listed there
+and this one was not given keep their rows) and each search's trials to
 ``<out>/<experiment>-trials.csv`` (trials, not results: the below-floor list reads ``*-runs.csv`` only). A best
 value at the edge of its space is flagged: the space should grow before the setting is trusted. Nothing here reads
 a test metric: the choice is validation's alone.
@@ -205,6 +206,22 @@ def search_sweeps(client, experiment_id: str, last: str) -> list[str]:
     return chain[::-1]
 
 
+def with_earlier_searches(table: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """``table``'s searches, and after them every search ``path`` already lists that ``table`` does not (in their
+    order there): summarising some searches again keeps the others' rows, so one search run again does not need
+    every other search's store."""
+    if not path.exists():
+        return table
+    earlier = pd.read_csv(path)
+    text = earlier.select_dtypes(include=["object", "str"]).columns
+    earlier[text] = earlier[text].fillna("")  # a search with no best trial wrote empty cells
+    kept = earlier[~earlier["experiment"].isin(set(table["experiment"]))]
+    order = {name: i for i, name in enumerate(earlier["experiment"])}
+    merged = pd.concat([kept, table], ignore_index=True)
+    rank = merged["experiment"].map(lambda name: order.get(name, len(order)))
+    return merged.iloc[rank.argsort(kind="stable")].reset_index(drop=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     from fedrun.app.report import collect
     from fedrun.store.runs import default_uri, open_client
@@ -232,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                                ignore_index=True)
             ledger.write(trials, path)
         rows.append(summarise(search, trials))
-    table = pd.DataFrame(rows)
+    table = with_earlier_searches(pd.DataFrame(rows), args.out / "searches.csv")
     table.to_csv(args.out / "searches.csv", index=False)
     text = render(table)
     (args.out / "searches.md").write_text(text)
