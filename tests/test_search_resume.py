@@ -16,7 +16,7 @@ from fedrun.app.tuning import search_sweeps
 from fedrun.errors import ConfigError
 from fedrun.sim import search
 from fedrun.sim.sweep import OVERRIDES
-from fedrun.store.runs import OBJECTIVE, RESUMES, RESUMES_FILE
+from fedrun.store.runs import RESUMES, RESUMES_FILE
 
 COMMAND = "+experiment=tune/fedavg sim.epochs=1"
 
@@ -34,12 +34,14 @@ def make_sweep(root, name: str, resumes: str | None = None):
     return folder
 
 
-def record(client, experiment: str, folder, job: int, lr: float, status: str = "FINISHED", tags=None,
-           params=None, metrics=None) -> None:
-    """One trial of ``folder``: its overrides file (as Hydra writes it) and its run."""
+def record(client, experiment: str, folder, job: int, lr: float, status: str = "FINISHED", told: str | None = None,
+           tags=None, params=None, metrics=None) -> None:
+    """One trial of ``folder``: its overrides file (as Hydra writes it), what it told its sweeper, and its run."""
     hydra_dir = folder / str(job) / ".hydra"
     hydra_dir.mkdir(parents=True)
     OmegaConf.save(OmegaConf.create(list(proposal(lr))), hydra_dir / "overrides.yaml")
+    if told is not None:
+        (folder / str(job) / search.TOLD).write_text(told)
     run = client.create_run(experiment, tags={"fedrun.sweep": str(folder), "fedrun.job": str(job), **(tags or {})})
     for key, value in (params or {}).items():
         client.log_param(run.info.run_id, key, value)
@@ -56,12 +58,12 @@ def client():
 def test_the_record_is_the_unbroken_run_of_ended_trials_from_trial_0(tmp_path, client):
     experiment = client.create_experiment("tune-x")
     first = make_sweep(tmp_path, "A")
-    record(client, experiment, first, 0, 0.1, tags={OBJECTIVE: "0.25"})
+    record(client, experiment, first, 0, 0.1, told="0.25")
     record(client, experiment, first, 1, 0.2, status="FAILED")
     record(client, experiment, first, 2, 0.3, params={"sim.keep_best": "True", "eval.monitor": "ndcg_at_10"},
            metrics={"valid/best_ndcg_at_10": 0.125})  # a run from before the objective's tag: its best validation
     record(client, experiment, first, 3, 0.4, status="KILLED")  # stopped: it and everything after it run again
-    record(client, experiment, first, 4, 0.5, tags={OBJECTIVE: "0.5"})
+    record(client, experiment, first, 4, 0.5, told="0.5")
     recorded = search.recorded_trials(first, client)
     assert sorted(recorded) == [0, 1, 2]
     assert [recorded[j].objective for j in range(3)] == [0.25, None, 0.125]
@@ -72,10 +74,10 @@ def test_a_trial_stopped_with_a_checkpoint_goes_on_from_it_after_the_ended_ones(
     experiment = client.create_experiment("tune-x")
     first = make_sweep(tmp_path, "A")
     checkpoint = first / "1" / "checkpoint.pt"
-    record(client, experiment, first, 0, 0.1, tags={OBJECTIVE: "0.25"})
+    record(client, experiment, first, 0, 0.1, told="0.25")
     record(client, experiment, first, 1, 0.2, status="KILLED",
            tags={"fedrun.failure_reason": f"stopped by SIGINT after round 90; resume with sim.resume={checkpoint}"})
-    record(client, experiment, first, 2, 0.3, tags={OBJECTIVE: "0.5"})  # after the stop: runs again
+    record(client, experiment, first, 2, 0.3, told="0.5")  # after the stop: runs again
     assert sorted(search.recorded_trials(first, client)) == [0]  # the checkpoint is gone: trial 1 starts over
     checkpoint.write_bytes(b"state")
     recorded = search.recorded_trials(first, client)
@@ -86,11 +88,11 @@ def test_a_trial_stopped_with_a_checkpoint_goes_on_from_it_after_the_ended_ones(
 def test_a_chain_of_resumed_sweeps_is_read_from_its_first_and_the_latest_record_of_a_job_wins(tmp_path, client):
     experiment = client.create_experiment("tune-x")
     first = make_sweep(tmp_path, "A")
-    record(client, experiment, first, 0, 0.1, tags={OBJECTIVE: "0.25"})
+    record(client, experiment, first, 0, 0.1, told="0.25")
     record(client, experiment, first, 1, 0.2, status="KILLED")
     second = make_sweep(tmp_path, "B", resumes=str(first))
-    record(client, experiment, second, 1, 0.2, tags={OBJECTIVE: "0.75"})  # the stopped trial, run again
-    record(client, experiment, second, 2, 0.3, tags={OBJECTIVE: "0.5"})
+    record(client, experiment, second, 1, 0.2, told="0.75")  # the stopped trial, run again
+    record(client, experiment, second, 2, 0.3, told="0.5")
     recorded = search.recorded_trials(second, client)
     assert {j: (t.objective, t.sweep.name) for j, t in recorded.items()} == {
         0: (0.25, "A"), 1: (0.75, "B"), 2: (0.5, "B")}
@@ -207,10 +209,9 @@ def test_a_failed_trial_tells_a_search_the_worst_value_of_its_direction():
 def test_a_trial_is_replayed_with_the_value_it_told_its_sweeper(tmp_path, client):
     experiment = client.create_experiment("tune-x")
     first = make_sweep(tmp_path, "A")
-    record(client, experiment, first, 0, 0.1, status="FAILED")
-    record(client, experiment, first, 1, 0.2, status="FAILED")
-    record(client, experiment, first, 2, 0.3, tags={OBJECTIVE: "0.25"})
-    (first / "0" / search.TOLD).write_text("-inf")  # a failed trial told the worst value (since session 63) …
-    (first / "2" / search.TOLD).write_text("0.5")  # … the file is what the sampler was told, before any tag
+    record(client, experiment, first, 0, 0.1, status="FAILED", told="-inf")  # the worst value (since session 63)
+    record(client, experiment, first, 1, 0.2, status="FAILED")  # from before: told "failed"
+    record(client, experiment, first, 2, 0.3, told="0.5",  # the file is what the sampler was told, before any metric
+           params={"sim.keep_best": "True", "eval.monitor": "ndcg_at_10"}, metrics={"valid/best_ndcg_at_10": 0.25})
     recorded = search.recorded_trials(first, client)
     assert [recorded[j].objective for j in range(3)] == [-math.inf, None, 0.5]  # 1: told "failed", as before

@@ -21,7 +21,6 @@ from fedrun.sim.checkpoint import RunnerState, snapshot
 from fedrun.sim.round import FederatedRound
 from fedrun.sim.signals import Interrupted, graceful_stop
 from fedrun.sim.trainer import Trainer
-from fedrun.store.runs import OBJECTIVE
 from fedrun.track.base import Tracker
 
 __all__ = ["Interrupted", "NumericalError", "RunResult", "log_final", "run_loop", "total_rounds"]
@@ -142,10 +141,8 @@ def run_loop(trainer: Trainer, evaluator: Evaluator, tracker: Tracker, sim: SimC
              "eval_seconds": state.eval_seconds, "seconds_per_round": per_round,
              "seconds_per_epoch": per_round * per_epoch, **selection}
     tested_valid = state.best_valid_metrics if sim.keep_best and state.best_state is not None else state.valid
-    objective = tested_valid.get(evaluator.monitor)
-    if objective is not None:  # what a sweeper is told, exactly: a resumed search replays it (fedrun.sim.search)
-        tags[OBJECTIVE] = repr(float(objective))
-    return RunResult(test, tested_valid, rounds, state.train_seconds, state.eval_seconds, final, tags, objective)
+    return RunResult(test, tested_valid, rounds, state.train_seconds, state.eval_seconds, final, tags,
+                     tested_valid.get(evaluator.monitor))
 
 
 def _track_best(state: RunnerState, method: Method, evaluator: Evaluator, keep_best: bool, rounds_done: int) -> None:

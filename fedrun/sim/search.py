@@ -22,14 +22,13 @@ keep that true:
 
 A trial is recorded when its MLflow run (tag ``fedrun.sweep`` = the folder, ``fedrun.job`` = its number) ended
 FINISHED or FAILED. It is told what it told the first time: the value in its job folder (``TOLD``: a failed trial's
-is the worst value, ``failed_trial_value``); for a trial from before that file, a finished one's objective tag
-(``fedrun.objective``) or, under ``sim.keep_best``, its best validation of the monitored metric, which is the same
-number, and a failed one "failed". Replay stops at the first trial that is neither. If that trial was stopped with a
-checkpoint (a session's end: its run KILLED, ``resume with sim.resume=…`` in its reason), it goes on from the
-checkpoint in its own run (``sim.resume`` added to its overrides), so a stop loses no training; one abandoned
-without a checkpoint, or never started, runs from its start. Everything after it runs. A resumed sweep can be
-resumed in turn: its folder names the one it continued (``RESUMES_FILE``; its MLflow run, the tag
-``fedrun.resumes``), so the chain is replayed from trial 0.
+is the worst value, ``failed_trial_value``); for a trial from before that file, a finished one's best validation
+of the monitored metric under ``sim.keep_best`` (the same number), and a failed one "failed". Replay stops at the
+first trial that is neither. If that trial was stopped with a checkpoint (a session's end: its run KILLED, ``resume
+with sim.resume=…`` in its reason), it goes on from the checkpoint in its own run (``sim.resume`` added to its
+overrides), so a stop loses no training; one abandoned without a checkpoint, or never started, runs from its start.
+Everything after it runs. A resumed sweep can be resumed in turn: its folder names the one it continued
+(``RESUMES_FILE``; its MLflow run, the tag ``fedrun.resumes``), so the chain is replayed from trial 0.
 """
 
 from __future__ import annotations
@@ -48,7 +47,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from fedrun.errors import ConfigError, FedrunError
 from fedrun.sim.sweep import exit_refused
-from fedrun.store.runs import OBJECTIVE, RESUMES_FILE
+from fedrun.store.runs import RESUMES_FILE
 
 log = logging.getLogger(__name__)
 
@@ -215,11 +214,8 @@ def _sweep_runs(sweep: Path, client) -> list[Any]:
 
 
 def _objective(run) -> float | None:
-    """What the sweeper was told for a finished trial: ``fedrun.objective``, else (a run from before that tag, under
-    sim.keep_best) the best validation of eval.monitor — the value ``RunResult.objective`` held."""
-    tagged = run.data.tags.get(OBJECTIVE)
-    if tagged is not None:
-        return None if tagged == "None" else float(tagged)
+    """What the sweeper was told for a finished trial from before its job folder kept it (``TOLD``): under
+    sim.keep_best the best validation of eval.monitor, the value ``RunResult.objective`` held; else unknown."""
     monitor = run.data.params.get("eval.monitor")
     if run.data.params.get("sim.keep_best") == "True" and monitor:
         value = run.data.metrics.get(f"valid/best_{monitor}")

@@ -27,7 +27,6 @@ MAX_NAME = 256  # MLflow's experiment names: a 256-character column in its SQL s
 FAILURE_REASON = "fedrun.failure_reason"  # why a FAILED or KILLED run stopped
 EARLIER_STOPS = "fedrun.earlier_stops"  # a resumed run's earlier stops, one per line
 RESUMED_FROM = "fedrun.resumed_from"  # a continuation recorded as a new run (its params changed): the run it resumed
-OBJECTIVE = "fedrun.objective"  # what a sweeper was told for the run (repr of a float): a resumed search replays it
 RESUMES = "fedrun.resumes"  # a resumed sweep's run: the folder of the sweep it continues (fedrun.sim.search)
 
 
