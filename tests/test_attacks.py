@@ -498,6 +498,28 @@ def test_the_regime_map_averages_each_cell_over_its_seeds():
     assert "| 5.0% | 1 | 0.300 | 0.750 (0.875) |" in text and "| 0.1% | 4 | 0.030 | 0.000 (0.000) |" in text
 
 
+def test_a_merged_regime_map_keeps_the_committed_cells_the_store_lacks():
+    """--merge: a one-seed slice run in two stores is one table; the store's run wins where both have the cell."""
+    import pandas as pd
+
+    from fedrun.app.regime_map import kept_cells, regime_table
+
+    def run(fraction, defense, final, seed=2):
+        return {"attack": "fedrecattack", "fraction": fraction, "negatives": 1, "defense": defense, "seed": seed,
+                "final": final, "peak": final, "share": 0.1}
+
+    earlier = regime_table(pd.DataFrame([run(0.05, "median", 0.25), run(0.05, "sum", 1.0)]))
+    runs = pd.DataFrame([run(0.05, "median", 0.75), run(0.1, "sum", 0.5)])
+    merged = regime_table(pd.concat([runs, kept_cells(earlier, runs)], ignore_index=True))
+    assert list(zip(merged["fraction"], merged["defense"], merged["final"], merged["seeds"])) == [
+        (0.05, "median", 0.75, 1), (0.05, "sum", 1.0, 1), (0.1, "sum", 0.5, 1)]
+    with pytest.raises(SystemExit, match="only a one-seed slice merges"):
+        kept_cells(earlier, pd.concat([runs, pd.DataFrame([run(0.1, "sum", 0.5, seed=3)])]))
+    two_seeds = regime_table(pd.DataFrame([run(0.05, "sum", 1.0), run(0.05, "sum", 0.0, seed=3)]))
+    with pytest.raises(SystemExit, match=r"mean over 2 seeds; only a one-seed table merges"):
+        kept_cells(two_seeds, runs)
+
+
 def test_a_synthetic_draw_that_is_not_one_is_refused_by_name():
     from fedrun.attack.config import PSMUConfig
 

@@ -215,3 +215,50 @@ def test_a_trial_is_replayed_with_the_value_it_told_its_sweeper(tmp_path, client
            params={"sim.keep_best": "True", "eval.monitor": "ndcg_at_10"}, metrics={"valid/best_ndcg_at_10": 0.25})
     recorded = search.recorded_trials(first, client)
     assert [recorded[j].objective for j in range(3)] == [-math.inf, None, 0.5]  # 1: told "failed", as before
+
+
+def test_a_saved_record_resumes_the_search_without_its_store(tmp_path, client):
+    """save_record flattens a chain into one folder of ended trials; replayed from it, a store that never saw the
+    search gives the same record (the stopped trial is left out: without its checkpoint it runs again)."""
+    experiment = client.create_experiment("tune-x")
+    first = make_sweep(tmp_path, "A")
+    record(client, experiment, first, 0, 0.1, told="0.25")
+    record(client, experiment, first, 1, 0.2, status="FAILED")  # from before TOLD: told "failed"
+    record(client, experiment, first, 2, 0.3, status="KILLED")
+    second = make_sweep(tmp_path, "B", resumes=str(first))
+    record(client, experiment, second, 2, 0.3, status="FAILED", told="-inf")
+    record(client, experiment, second, 3, 0.4, status="KILLED")  # stopped: not saved
+    saved = tmp_path / "docs" / "sweeps" / "tune-x"
+    assert search.save_record(second, saved, client) == 3
+    assert search.sweep_command(saved) == COMMAND.split() and not (saved / RESUMES_FILE).exists()
+    empty = MlflowClient(f"sqlite:///{tmp_path / 'elsewhere.db'}")  # another machine's store
+    recorded = search.recorded_trials(saved, empty)
+    assert {j: (t.overrides, t.objective, t.ended) for j, t in recorded.items()} == {
+        0: (proposal(0.1), 0.25, True), 1: (proposal(0.2), None, True), 2: (proposal(0.3), -math.inf, True)}
+    third = make_sweep(tmp_path, "C", resumes=str(saved))  # resumed from the record; trial 3 ended this time
+    record(client, experiment, third, 3, 0.4, told="0.5")
+    assert search.save_record(third, saved, client) == 4  # the record it resumed, rewritten in place
+    assert [t.objective for t in search.recorded_trials(saved, empty).values()] == [0.25, None, -math.inf, 0.5]
+
+
+def test_tuning_keeps_a_stopped_searchs_record_and_drops_a_finished_ones(tmp_path, client, monkeypatch):
+    from fedrun.app.tuning import keep_record, resumed_elsewhere
+
+    monkeypatch.chdir(tmp_path)
+    experiment = client.create_experiment("tune-x")
+    first = make_sweep(tmp_path, "A")
+    record(client, experiment, first, 0, 0.1, told="0.25")
+    parent = client.create_run(experiment, tags={"fedrun.kind": "sweep", "fedrun.sweep": "A"}).info.run_id
+    client.set_terminated(parent, "KILLED")
+    dest = tmp_path / "docs" / "sweeps" / "tune-x"
+    said = keep_record(client, parent, dest)
+    assert said.endswith(f"1 ended trial(s); resume it with its command and {search.FIELD}={dest}")
+    assert (dest / "0" / search.TOLD).read_text() == "0.25" and not resumed_elsewhere(client, parent)
+    resumed = client.create_run(experiment, tags={"fedrun.kind": "sweep", "fedrun.sweep": "B",
+                                                  RESUMES: str(dest)}).info.run_id
+    client.set_terminated(resumed, "FINISHED")
+    assert resumed_elsewhere(client, resumed)
+    assert "removed" in keep_record(client, resumed, dest) and not dest.exists()
+    gone = client.create_run(experiment, tags={"fedrun.kind": "sweep", "fedrun.sweep": "Z"}).info.run_id
+    client.set_terminated(gone, "KILLED")
+    assert "folder Z is not on this machine" in keep_record(client, gone, dest)

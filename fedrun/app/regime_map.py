@@ -4,6 +4,11 @@ the seeds, and the attackers' share of the target row's uploads in the rounds th
 sees) — a CSV, a Markdown table per attack and the report's heatmaps (final and peak ER@5) per attack.
 
     python -m fedrun.app.regime_map [--experiment robustness-regimes] [--out docs/reproductions/attacks/regimes]
+        [--merge]
+
+``--merge`` keeps the cells of the committed table (``<out>/<experiment>.csv``) that the store has no run for: a
+slice whose cells ran on several machines, or in sessions whose stores did not survive, is one table. Only a
+one-seed table can be merged, since a mean over seeds cannot be split back into its runs.
 """
 
 from __future__ import annotations
@@ -39,6 +44,23 @@ def cells(client: MlflowClient, experiment_id: str) -> pd.DataFrame:
                      "seed": int(params.get("sim.seed", 0)), "final": final,
                      "peak": max(exposure), "share": sum(joined) / len(joined) if joined else 0.0})
     return pd.DataFrame(rows)
+
+
+def kept_cells(earlier: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """The cells of an earlier one-seed table that ``runs`` lacks, as runs of the seed ``runs`` holds (a one-seed
+    table's cell is its one run). Refused by name when either side holds more than one seed."""
+    seeds = runs["seed"].unique()
+    if len(seeds) != 1:
+        raise SystemExit(f"--merge: the store holds seeds {sorted(seeds.tolist())}; only a one-seed slice merges")
+    several = earlier[earlier["seeds"] != 1]
+    if not several.empty:
+        cell = several.iloc[0]
+        raise SystemExit(f"--merge: the committed cell {tuple(cell[CELL])} is a mean over {cell['seeds']} seeds; "
+                         "only a one-seed table merges")
+    ran = set(runs[CELL].itertuples(index=False, name=None))
+    missing = [key not in ran for key in earlier[CELL].itertuples(index=False, name=None)]
+    kept = earlier[missing].drop(columns="seeds").assign(seed=int(seeds[0]))
+    return kept[list(runs.columns)]
 
 
 def regime_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -82,6 +104,8 @@ def main() -> None:
     parser.add_argument("--experiment", default="robustness-regimes")
     parser.add_argument("--uri", default=None)
     parser.add_argument("--out", default="docs/reproductions/attacks/regimes")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the committed table's cells that the store has no run for (one-seed slices)")
     args = parser.parse_args()
     client = MlflowClient(args.uri or default_uri())
     experiment = client.get_experiment_by_name(args.experiment)
@@ -90,8 +114,12 @@ def main() -> None:
     runs = cells(client, experiment.experiment_id)
     if runs.empty:
         raise SystemExit(f"{args.experiment}: no finished run has a history of {EXPOSURE}")
-    table = regime_table(runs)
     out = Path(args.out)
+    if args.merge and (out / f"{args.experiment}.csv").exists():
+        kept = kept_cells(pd.read_csv(out / f"{args.experiment}.csv"), runs)
+        print(f"--merge: kept {len(kept)} committed cells the store has no run for")
+        runs = pd.concat([runs, kept], ignore_index=True)
+    table = regime_table(runs)
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / f"{args.experiment}.csv", index=False)
     texts = []

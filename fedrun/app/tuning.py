@@ -12,7 +12,9 @@ best setting's command runs on that dataset into ``leaderboard-tuned-<d>`` (``â€
 
 A search is one sweep: the latest finished sweep of its experiment in the store (an earlier one, say over an older
 space, or one stopped midway, is set aside), with the sweeps it resumed where it spanned sessions
-(``fedrun.sim.search``), else the ledger an earlier session committed. Writes
+(``fedrun.sim.search``), else the ledger an earlier session committed. A search whose last sweep did not finish
+leaves its record in ``<out>/sweeps/<experiment>`` to resume from on any machine; resumed from it, the search's
+trials are the committed ledger's and the store's together. Writes
 ``<out>/searches.md`` and ``<out>/searches.csv`` (one row per search; the searches an earlier summary listed there
 and this one was not given keep their rows) and each search's trials to
 ``<out>/<experiment>-trials.csv`` (trials, not results: the below-floor list reads ``*-runs.csv`` only). A best
@@ -206,6 +208,37 @@ def search_sweeps(client, experiment_id: str, last: str) -> list[str]:
     return chain[::-1]
 
 
+def resumed_elsewhere(client, first: str) -> bool:
+    """Whether a search's first sweep in this store (``search_sweeps``) resumed a sweep the store has no run of: a
+    record saved on another machine (``fedrun.sim.search.save_record``), whose trials the committed ledger holds."""
+    from fedrun.store.runs import RESUMES
+
+    return bool(client.get_run(first).data.tags.get(RESUMES))
+
+
+def keep_record(client, last: str, dest: Path) -> str | None:
+    """Keep a stopped search resumable from another machine: when its last sweep (parent run ``last``) did not
+    finish, save the search's record to ``dest`` (``fedrun.sim.search.save_record``); when it finished, remove a
+    record an earlier stop saved there. Returns the line that says what was done, if anything."""
+    import shutil
+
+    from fedrun.sim.search import FIELD, save_record
+    from fedrun.sim.sweep import OVERRIDES
+
+    run = client.get_run(last)
+    if run.info.status == "FINISHED":
+        if not dest.exists():
+            return None
+        shutil.rmtree(dest)
+        return f"{dest}: removed (the search finished; its trials are in the ledger)"
+    folder = Path(run.data.tags.get("fedrun.sweep", ""))
+    if not (folder / OVERRIDES).is_file():
+        return f"{dest}: not saved: the stopped sweep's folder {folder} is not on this machine"
+    saved = save_record(folder, dest, client)
+    return (f"{dest}: the stopped search's record, {saved} ended trial(s); resume it with its command and "
+            f"{FIELD}={dest}")
+
+
 def with_earlier_searches(table: pd.DataFrame, path: Path) -> pd.DataFrame:
     """``table``'s searches, and after them every search ``path`` already lists that ``table`` does not (in their
     order there): summarising some searches again keeps the others' rows, so one search run again does not need
@@ -245,9 +278,14 @@ def main(argv: list[str] | None = None) -> int:
         if sweep is None:  # not in this store: the search an earlier session committed
             trials = ledger.read(path)
         else:
-            trials = pd.concat([collect(client, sweep[0], parent=p) for p in search_sweeps(client, *sweep)],
-                               ignore_index=True)
+            chain = search_sweeps(client, *sweep)
+            trials = pd.concat([collect(client, sweep[0], parent=p) for p in chain], ignore_index=True)
+            if resumed_elsewhere(client, chain[0]) and path.exists():  # its first trials: the committed ledger
+                trials = ledger.merge(ledger.read(path), trials)
             ledger.write(trials, path)
+            said = keep_record(client, sweep[1], args.out / "sweeps" / search.experiment)
+            if said:
+                print(said)
         rows.append(summarise(search, trials))
     table = with_earlier_searches(pd.DataFrame(rows), args.out / "searches.csv")
     table.to_csv(args.out / "searches.csv", index=False)

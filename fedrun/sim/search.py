@@ -29,6 +29,16 @@ with sim.resume=…`` in its reason), it goes on from the checkpoint in its own 
 overrides), so a stop loses no training; one abandoned without a checkpoint, or never started, runs from its start.
 Everything after it runs. A resumed sweep can be resumed in turn: its folder names the one it continued
 (``RESUMES_FILE``; its MLflow run, the tag ``fedrun.resumes``), so the chain is replayed from trial 0.
+
+A record that outlives its machine. The sweep folders and the store live on the machine that ran them; a session's
+machine may not come back (a fresh checkout, a node returned to the cluster). ``save_record`` writes what a replay
+needs into a small folder of the same layout, fit to commit beside the search's trials ledger: the command line,
+and each ended trial's overrides and told value, the chain flattened into one folder. Resuming from it needs no
+store: a job folder that holds its told value is an ended trial whether or not the store has its run (the store is
+read only for runs from before ``TOLD``, and for a stopped trial's checkpoint, which a fresh machine does not have:
+that trial runs again from its start). ``python -m fedrun.app.tuning`` saves the record of every search whose last
+sweep did not finish (``<out>/sweeps/<experiment>``) and, summarising a search resumed from such a record, merges
+the committed trials ledger with the store's runs, so the search reads as one.
 """
 
 from __future__ import annotations
@@ -54,6 +64,7 @@ log = logging.getLogger(__name__)
 FIELD = "hydra.callbacks.resume_search.sweep"  # where a resumed search names the sweep it continues
 OPTUNA = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
 TOLD = ".fedrun-objective"  # in a sweep job's folder: the value the job returned to its sweeper (repr of a float)
+TOLD_FAILED = "failed"  # TOLD in a saved record (``save_record``): a trial from before TOLD that reported failure
 
 
 def failed_trial_value(sweeper: Any) -> float | None:
@@ -160,7 +171,7 @@ def _job_records(sweep: Path, client) -> dict[int, RecordedTrial]:
         objective, checkpoint = None, None
         told = sweep / str(job) / TOLD
         if run.info.status in ("FINISHED", "FAILED") and told.is_file():
-            objective = float(told.read_text())
+            objective = read_told(told)
         elif run.info.status == "FINISHED":
             objective = _objective(run)
             if objective is None:
@@ -169,9 +180,46 @@ def _job_records(sweep: Path, client) -> dict[int, RecordedTrial]:
             checkpoint = _checkpoint(run, client)
             if checkpoint is None:
                 continue
-        overrides = tuple(str(o) for o in OmegaConf.load(overrides_file) if not str(o).startswith("sim.resume="))
-        records[int(job)] = RecordedTrial(int(job), overrides, objective, sweep, checkpoint)
+        records[int(job)] = RecordedTrial(int(job), _overrides(overrides_file), objective, sweep, checkpoint)
+    for job_dir in sorted(sweep.iterdir()) if sweep.is_dir() else []:  # ended, kept without their runs (a record)
+        overrides_file, told = job_dir / ".hydra" / "overrides.yaml", job_dir / TOLD
+        if job_dir.name.isdigit() and int(job_dir.name) not in records and told.is_file() and overrides_file.is_file():
+            records[int(job_dir.name)] = RecordedTrial(int(job_dir.name), _overrides(overrides_file),
+                                                       read_told(told), sweep)
     return records
+
+
+def _overrides(path: Path) -> tuple[str, ...]:
+    """A job's overrides (``.hydra/overrides.yaml``), less the checkpoint a stopped trial went on from."""
+    return tuple(str(o) for o in OmegaConf.load(path) if not str(o).startswith("sim.resume="))
+
+
+def read_told(path: Path) -> float | None:
+    """The value a trial told its sweeper (``TOLD``); None for a trial that reported failure (``TOLD_FAILED``)."""
+    text = path.read_text().strip()
+    return None if text == TOLD_FAILED else float(text)
+
+
+def save_record(sweep: Path, dest: Path, client) -> int:
+    """Write the ended trials of ``sweep``'s search (its chain flattened) into ``dest``: the command line and, per
+    trial, ``<job>/.hydra/overrides.yaml`` and ``<job>/`` ``TOLD`` — all a resume needs, without the store. ``dest``
+    is replaced (it may be the record ``sweep`` resumed: everything is read before anything is written). Returns the
+    number of trials saved; the trial a stop cut short is not among them and runs again from its start."""
+    import shutil
+
+    from fedrun.sim.sweep import OVERRIDES
+
+    command = sweep_command(sweep)
+    ended = [trial for trial in recorded_trials(sweep, client).values() if trial.ended]
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    (dest / OVERRIDES).write_text(" ".join(command))
+    for trial in ended:
+        (dest / str(trial.job) / ".hydra").mkdir(parents=True)
+        OmegaConf.save(OmegaConf.create(list(trial.overrides)), dest / str(trial.job) / ".hydra" / "overrides.yaml")
+        (dest / str(trial.job) / TOLD).write_text(TOLD_FAILED if trial.objective is None else repr(trial.objective))
+    return len(ended)
 
 
 def _checkpoint(run, client) -> str | None:
