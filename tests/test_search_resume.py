@@ -252,7 +252,7 @@ def test_tuning_keeps_a_stopped_searchs_record_and_drops_a_finished_ones(tmp_pat
     client.set_terminated(parent, "KILLED")
     dest = tmp_path / "docs" / "sweeps" / "tune-x"
     said = keep_record(client, parent, dest)
-    assert said.endswith(f"1 ended trial(s); resume it with its command and {search.FIELD}={dest}")
+    assert said.endswith(f"1 ended trial(s); resume it on any machine with\nfedrun -m {COMMAND} {search.FIELD}={dest}")
     assert (dest / "0" / search.TOLD).read_text() == "0.25" and not resumed_elsewhere(client, parent)
     resumed = client.create_run(experiment, tags={"fedrun.kind": "sweep", "fedrun.sweep": "B",
                                                   RESUMES: str(dest)}).info.run_id

@@ -222,7 +222,7 @@ def keep_record(client, last: str, dest: Path) -> str | None:
     record an earlier stop saved there. Returns the line that says what was done, if anything."""
     import shutil
 
-    from fedrun.sim.search import FIELD, save_record
+    from fedrun.sim.search import FIELD, save_record, sweep_command
     from fedrun.sim.sweep import OVERRIDES
 
     run = client.get_run(last)
@@ -235,8 +235,9 @@ def keep_record(client, last: str, dest: Path) -> str | None:
     if not (folder / OVERRIDES).is_file():
         return f"{dest}: not saved: the stopped sweep's folder {folder} is not on this machine"
     saved = save_record(folder, dest, client)
-    return (f"{dest}: the stopped search's record, {saved} ended trial(s); resume it with its command and "
-            f"{FIELD}={dest}")
+    command = " ".join(sweep_command(dest))
+    return f"{dest}: the stopped search's record, {saved} ended trial(s); resume it on any machine with\n" \
+           f"fedrun -m {command} {FIELD}={dest}"
 
 
 def with_earlier_searches(table: pd.DataFrame, path: Path) -> pd.DataFrame:
