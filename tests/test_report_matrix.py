@@ -127,7 +127,8 @@ def test_a_run_refused_before_training_does_not_hide_the_matrix(tmp_path, monkey
 
 
 def test_one_row_under_two_attacks_is_two_variants_in_the_claims():
-    """rCL4FedRec Fig. 4 runs the same row under A-hum and PSMU: each seed once per attack, not twice per row."""
+    """rCL4FedRec Fig. 4 runs the same row under A-hum and PSMU: each seed once per attack, not twice per row, and
+    once both rows ran under both attacks, each variant is paired only with the other row under the same attack."""
     from fedrun.app.report import variant_columns
     from fedrun.report.paper import order_claims
 
@@ -143,9 +144,16 @@ def test_one_row_under_two_attacks_is_two_variants_in_the_claims():
     done = pd.DataFrame(rows)
     header, claims = order_claims(done, {"claims": ["rcl4fedrec < cl4fedrec"], "metrics": ["test_er_at_5"]},
                                   variant_columns(done))
-    assert [c[2] for c in claims] == ["rcl4fedrec (choices.attack=a_hum) < cl4fedrec",
+    assert [c[2] for c in claims] == ["rcl4fedrec (choices.attack=a_hum) < cl4fedrec",  # cl4fedrec's one attack
                                       "rcl4fedrec (choices.attack=psmu) < cl4fedrec"]
     assert all(str(c[3]) == "3" for c in claims)  # three paired seeds each
+    both = pd.concat([done, done[done["param:choices.row"] == "rcl4fedrec/cl4fedrec"].assign(
+        **{"param:choices.attack": "a_hum", "metric:test_er_at_5": 0.9})], ignore_index=True)
+    _, claims = order_claims(both, {"claims": ["rcl4fedrec < cl4fedrec"], "metrics": ["test_er_at_5"]},
+                             variant_columns(both))
+    assert [c[2] for c in claims] == ["rcl4fedrec (choices.attack=a_hum) < cl4fedrec (choices.attack=a_hum)",
+                                      "rcl4fedrec (choices.attack=psmu) < cl4fedrec (choices.attack=psmu)"]
+    assert [c[4:6] for c in claims] == [["0.0200", "0.9000"], ["0.5200", "1.0000"]]
 
 
 def test_runs_that_did_not_finish_are_listed_once_per_reason():

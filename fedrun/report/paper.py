@@ -36,12 +36,14 @@ ROW_KEYS = ["param:choices.dataset", "param:choices.backbone", "param:choices.ro
 
 def with_variants(done: pd.DataFrame, varying: list[str]) -> pd.DataFrame:
     """``done`` plus ``row`` (the row option's last part: ``fedcl/fed`` → ``fed``) and ``variant`` (the
-    row, followed by the ``varying`` parameters whose values differ between runs of its dataset, backbone and row)."""
+    row, followed by the ``varying`` parameters whose values differ between runs of its dataset, backbone and row)
+    and ``varied`` (those parameters' names, one a line)."""
     row = done["param:choices.row"].astype(str).str.split("/").str[-1]
-    frame = done.copy().assign(row=row, variant=row)  # (copy: one block, not a column each)
+    frame = done.copy().assign(row=row, variant=row, varied="")  # (copy: one block, not a column each)
     text = frame.astype(str)
     for _, group in text.groupby(ROW_KEYS, dropna=False):
         differing = [c for c in varying if c in group and group[c].nunique() > 1]
+        frame.loc[group.index, "varied"] = "\n".join(differing)
         if differing:
             settings = group[differing].apply(
                 lambda run, keys=differing: ", ".join(f"{c[len('param:'):]}={run[c]}" for c in keys), axis=1)
@@ -72,6 +74,17 @@ def beside_paper(done: pd.DataFrame, paper: dict, varying: list[str] = ()) -> tu
     return header, rows
 
 
+def comparable(ours: pd.DataFrame, theirs: pd.DataFrame) -> bool:
+    """Whether two row variants may be paired: every parameter that tells the variants of both rows apart (the
+    attack when both rows ran under two) has the same value in both, so rCL4FedRec under A-hum is never paired with
+    CL4FedRec under PSMU. A parameter swept in one row only (Fig. 5's |U_syn|) is compared against the other row's
+    one setting, and what a row option sets (a defense, a weight) never blocks a pair."""
+    def varied(frame: pd.DataFrame) -> set[str]:
+        return {c for text in frame["varied"] for c in str(text).split("\n") if c}
+
+    return all(set(ours[c].astype(str)) == set(theirs[c].astype(str)) for c in varied(ours) & varied(theirs))
+
+
 def claim_tests(done: pd.DataFrame, paper: dict, varying: list[str] = ()) -> tuple[list[str], list[list[str]]]:
     """The paper's "``paper.best_row`` is best" claim, per (dataset, backbone) and other row variant:
     the mean difference best − other of each paper metric over the seeds both ran, and the
@@ -90,6 +103,8 @@ def claim_tests(done: pd.DataFrame, paper: dict, varying: list[str] = ()) -> tup
             ours = group[group["variant"] == best_variant].set_index("param:sim.seed")
             for variant in sorted(set(others["variant"]), key=natural_key):
                 theirs = others[others["variant"] == variant].set_index("param:sim.seed")
+                if not comparable(ours, theirs):
+                    continue
                 label = f"{variant} vs {best_variant}" if len(best_variants) > 1 else variant
                 rows.append([dataset, backbone, label] + _paired(ours, theirs, metrics))
     return header, rows
@@ -116,8 +131,11 @@ def order_claims(done: pd.DataFrame, paper: dict, varying: list[str] = ()) -> tu
         for low, high in claims:
             for low_variant in sorted(set(group.loc[group["row"] == low, "variant"]), key=natural_key):
                 for high_variant in sorted(set(group.loc[group["row"] == high, "variant"]), key=natural_key):
-                    a = group[group["variant"] == low_variant].set_index("param:sim.seed")[f"metric:{metric}"]
-                    b = group[group["variant"] == high_variant].set_index("param:sim.seed")[f"metric:{metric}"]
+                    lows, highs = group[group["variant"] == low_variant], group[group["variant"] == high_variant]
+                    if not comparable(lows, highs):
+                        continue
+                    a = lows.set_index("param:sim.seed")[f"metric:{metric}"]
+                    b = highs.set_index("param:sim.seed")[f"metric:{metric}"]
                     seeds = a.index.intersection(b.index)
                     if len(seeds):
                         rows.append([dataset, backbone, f"{low_variant} < {high_variant}"]
