@@ -130,7 +130,7 @@ def test_one_row_under_two_attacks_is_two_variants_in_the_claims():
     """rCL4FedRec Fig. 4 runs the same row under A-hum and PSMU: each seed once per attack, not twice per row, and
     once both rows ran under both attacks, each variant is paired only with the other row under the same attack."""
     from fedrun.app.report import variant_columns
-    from fedrun.report.paper import order_claims
+    from fedrun.report.paper import claim_tests, order_claims
 
     rows = []
     for seed in (1, 2, 3):
@@ -154,6 +154,9 @@ def test_one_row_under_two_attacks_is_two_variants_in_the_claims():
     assert [c[2] for c in claims] == ["rcl4fedrec (choices.attack=a_hum) < cl4fedrec (choices.attack=a_hum)",
                                       "rcl4fedrec (choices.attack=psmu) < cl4fedrec (choices.attack=psmu)"]
     assert [c[4:6] for c in claims] == [["0.0200", "0.9000"], ["0.5200", "1.0000"]]
+    _, tests = claim_tests(both, {"best_row": "rcl4fedrec", "metrics": ["test_er_at_5"]}, variant_columns(both))
+    assert [t[2] for t in tests] == ["cl4fedrec (choices.attack=a_hum) vs rcl4fedrec (choices.attack=a_hum)",
+                                     "cl4fedrec (choices.attack=psmu) vs rcl4fedrec (choices.attack=psmu)"]
 
 
 def test_runs_that_did_not_finish_are_listed_once_per_reason():
