@@ -49,7 +49,8 @@ tracking-server-stop:
 	$(BIN)/fedrun-tracking-server stop
 
 # The suite runs on one worker per core, four at most (pytest-xdist; each worker's torch then uses its share of
-# the cores: tests/conftest.py). TEST_WORKERS=0 runs it in one process.
+# the cores: tests/conftest.py). TEST_WORKERS=0 runs it in one process. The log ends with the 25 slowest tests, so
+# a CI run that outgrows its 15 minutes shows where the time went.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
 
 # Lint before the tests: ruff (pycodestyle, pyflakes, isort, bugbear, pydocstyle) and mypy on the package, at the
@@ -59,7 +60,7 @@ lint: install
 	$(BIN)/mypy
 
 test: install lint
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=25
 
 test-fast: install lint
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not integration"

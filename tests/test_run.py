@@ -65,6 +65,8 @@ def test_mlflow_run_records_config_metrics_and_artifacts():
     assert record.data.params["sim.seed"] == "0" and record.data.params["choices.method"] == "fedavg"
     assert record.data.tags["fedrun.dataset_digest"].startswith("synthetic-")
     assert "fedrun.git_commit" in record.data.tags
+    platform = record.data.tags["fedrun.platform"].split(" · ")  # what another machine may round differently
+    assert platform[1:] == [torch.backends.cpu.get_cpu_capability(), f"torch {torch.__version__}"]
     history = client.get_metric_history(record.info.run_id, "train/loss")
     assert len(history) == result.rounds and [m.step for m in history] == list(range(result.rounds))
     assert record.data.metrics["test/ndcg_at_10"] == pytest.approx(result.test["ndcg_at_10"])

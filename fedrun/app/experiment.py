@@ -64,6 +64,7 @@ def run_record(b: Built, sweep: str | None, job: int | None) -> tuple[dict[str, 
               "run.max_slots": b.plan.sim.max_slots,  # the bucket budget the run trained with (lowered to fit?)
               **{f"eval.{k}": v for k, v in b.evaluator.describe().items()}, "device": str(b.env.device)}
     tags = {"fedrun.dataset_digest": p.dataset.digest(), "fedrun.git_commit": git_commit(),
+            "fedrun.platform": platform_tag(b.env.device),
             "fedrun.seed": str(p.sim.seed), "fedrun.split_seed": str(p.dataset.config.split.seed),
             **{f"fedrun.{g}": p.choices[g] for g in GROUPS if p.choices[g]},
             **{f"fedrun.{g}": v for g in PRESET_GROUPS if (v := OmegaConf.select(p.cfg, f"choices.{g}"))}}
@@ -378,6 +379,26 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
             out.update(flatten(value, f"{prefix}{key}."))
         return out
     return {prefix[:-1]: tree}
+
+
+def platform_tag(device: Any) -> str:
+    """What a run's numbers depend on beyond its config and seeds: the processor, the instruction set torch's CPU
+    kernels use, and torch's version (and the GPU, on CUDA). One machine repeats a run bit for bit; another
+    processor may round differently, and a long run then drifts by about a seed's spread (docs/data.md)."""
+    import platform
+
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text(errors="replace").splitlines()
+                 if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    parts = [cpu, torch.backends.cpu.get_cpu_capability(), f"torch {torch.__version__}"]
+    if str(device).startswith("cuda"):
+        parts.append(torch.cuda.get_device_name(device))
+    return " · ".join(parts)
 
 
 def git_commit() -> str:
