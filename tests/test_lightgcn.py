@@ -195,6 +195,22 @@ def test_a_buckets_ego_graphs_equal_each_clients_own(cap):
         torch.testing.assert_close(bucket_item[b:b + 1][item_mask[b:b + 1]], alone_item[item_mask[b:b + 1]])
 
 
+def test_ego_download_counts_each_neighbour_row_once_and_every_answered_edge():
+    """What the directory sends a client, counted by hand: every other holder of each item of its table is an edge
+    of 8 bytes (index, degree), each distinct neighbour's 4-float row comes once; ``neighbors = 2`` sends less."""
+    interactions, store = random_graph(n_users=20, n_items=12, density=0.5)
+    directory = directory_of(interactions, store, torch.randn(store.n_users, 4))
+    clients = torch.tensor([0, 3, 7, 19])
+    items, item_mask, linked = client_tables(store, clients, torch.tensor([[1, 4], [2, 9], [11, 0], [5, 6]]))
+    every = EgoGraphs.build(directory, clients, items, item_mask, linked, 0, seed=7).download_bytes()
+    for b, user in enumerate(clients.tolist()):
+        held = items[b][item_mask[b]].tolist()
+        answered = [(v, i) for i in held for v in interactions[:, i].nonzero().flatten().tolist() if v != user]
+        assert every[b] == len({v for v, _ in answered}) * 4 * 4 + len(answered) * 8
+    sampled = EgoGraphs.build(directory, clients, items, item_mask, linked, 2, seed=7).download_bytes()
+    assert bool((sampled < every).all())
+
+
 def test_sampled_neighbours_are_an_unbiased_estimate():
     """``neighbors = n``: n draws per item weighted d_i / n — over many seeds the mean of an item's
     layer-1 neighbour sum equals the full sum (the client's own draws dropped)."""
@@ -218,6 +234,22 @@ def test_sampled_neighbours_are_an_unbiased_estimate():
 GRAPH = ["backbone=lightgcn", "backbone.dim=8", "backbone.layers=2", "backbone.l2=0.01", "sim.buckets=3",
          "sim.min_bucket_clients=1", "method.optimizer.lr=0.5"]
 LIGHTGCN = ["method=fedavg", "method.loss_reduction=mean", "method.optimizer.user_lr=null", *GRAPH]  # the oracle's
+
+
+@pytest.mark.parametrize("neighbors", [0, 1])
+def test_a_graph_rounds_download_counts_the_neighbours_beside_the_model(neighbors):
+    """A FedGNN round's bytes down per client: the model's rows (as for MF) plus what the directory answered its ego
+    graph; the fewer neighbours sent, the less."""
+    method, _ = make_method(["method=fedgnn", "privacy=none", f"backbone.neighbors={neighbors}", *GRAPH])
+    rounds = round_of(method)
+    users = rounds.sampler.users(0)
+    method.exchange(users, 0, rounds.privacy)
+    problems = method.client.problems(users, 0)
+    rows = torch.cat([p.item_mask.sum(1) for p in problems])
+    fetched = torch.cat([p.context_bytes_down() for p in problems])
+    assert bool((fetched > 0).all())
+    stats = rounds.train_round(0)
+    assert stats.bytes_down == pytest.approx(method.download_bytes(rows) + float(fetched.mean()))
 
 
 def test_vectorized_ego_rounds_match_the_per_client_loop():

@@ -88,6 +88,10 @@ class LocalProblem:
     def weight(self) -> torch.Tensor:
         return self.batch.n_pos().to(torch.float32)  # [B]
 
+    def context_bytes_down(self) -> torch.Tensor:
+        """[B] bytes each client's user context received beside the model's rows (a graph's neighbours): none."""
+        return torch.zeros(self.items.shape[0], dtype=torch.float64, device=self.items.device)
+
     def real_rows(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The real entries of the local tables, row-major (``item_mask.nonzero``'s order): client [R], slot [R] and
         item id [R]. ``local_problems`` keeps them from building the tables; otherwise they are read back."""

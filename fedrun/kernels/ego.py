@@ -114,6 +114,17 @@ class EgoGraphs:
     src: torch.Tensor  # [E] edges in both directions, node indices
     dst: torch.Tensor  # [E]
     weight: torch.Tensor  # [E]
+    answer_edges: torch.Tensor | None = None  # [B] neighbour–item edges the directory answered each client
+
+    def download_bytes(self) -> torch.Tensor:
+        """[B] the bytes each client received from the directory beside the model: each distinct neighbour's shared
+        row once (float32), and per neighbour–item edge the neighbour's anonymous index and its degree (4 bytes each).
+        The sampling factor d_i / n follows from the item's degree, which the client's table already holds."""
+        B = self.n_clients
+        rows = torch.bincount(self.neighbor_owner, minlength=B).to(torch.float64)  # [B]
+        edges = (torch.zeros(B, dtype=torch.float64, device=rows.device) if self.answer_edges is None
+                 else self.answer_edges.to(torch.float64))
+        return rows * self.neighbor_rows.shape[1] * self.neighbor_rows.element_size() + edges * 8
 
     @classmethod
     def build(cls, directory: NeighborDirectory, users: torch.Tensor, items: torch.Tensor, item_mask: torch.Tensor,
@@ -139,8 +150,9 @@ class EgoGraphs:
         owner[answer.node] = client[answer.query]
         first = torch.full((B,), answer.rows.shape[0], dtype=torch.int64, device=items.device)
         first = first.scatter_reduce(0, owner, torch.arange(owner.numel(), device=items.device), "amin")
+        answered = torch.bincount(client[answer.query], minlength=B)  # [B]
         return cls(B, Lu, answer.rows, owner, torch.arange(owner.numel(), device=items.device) - first[owner],
-                   torch.cat([a, b]), torch.cat([b, a]), torch.cat([w, w]))
+                   torch.cat([a, b]), torch.cat([b, a]), torch.cat([w, w]), answered)
 
     def propagate(self, user: torch.Tensor, item_table: torch.Tensor, layers: int
                   ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -252,6 +264,10 @@ class GraphProblem(LocalProblem):
     layers: int = 0
     round: int = 0
     sent: torch.Tensor | None = None  # what the round's download brought every client (PerFedRec++: negatives)
+
+    def context_bytes_down(self) -> torch.Tensor:
+        """[B] what each client's ego graph brought it from the directory (``EgoGraphs.download_bytes``)."""
+        return super().context_bytes_down() if self.ego is None else self.ego.download_bytes()
 
     def encode(self, user: torch.Tensor, item_table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.ego is None:  # K = 0: the rows themselves

@@ -108,11 +108,13 @@ class FederatedRound:
         if fast is not None:  # steps 3–8 as one pass
             check_finite(method.client.private.user[users], f"the client step ({type(method).__name__})", round_index)
             aggregate, losses, rows, benign = fast.aggregate, fast.losses, fast.rows_per_client, None
+            fetched = 0.0  # the FedSGD pass runs for user contexts that fetch nothing (ids, sequences)
         else:
             problems = method.client.problems(users, round_index, exchange.sent)
             results = self.client_steps(problems, ctx)  # 3–4
             losses = torch.cat([r.loss for r in results])
             rows = torch.cat([p.item_mask.sum(1) for p in problems])
+            fetched = float(torch.cat([p.context_bytes_down() for p in problems]).mean())  # a graph's neighbours
             senders = torch.cat([p.batch.users for p in problems])  # [B] in upload order (by bucket)
             benign = Uploads.concat([r.uploads for r in results])
             extra.update(method.client.metrics({k: [r.stats[k] for r in results] for k in results[0].stats}))
@@ -145,7 +147,7 @@ class FederatedRound:
         traffic = method.traffic(rows, benign)
         extra.update(traffic.metrics)
         return RoundStats(float(losses.mean()), ctx.n_clients, traffic.up + exchange.bytes_up,
-                          traffic.down + exchange.bytes_down, extra)
+                          traffic.down + exchange.bytes_down + fetched, extra)
 
     def account_epsilon(self, benign: Uploads, senders: torch.Tensor) -> dict[str, float]:
         """The privacy budget the round's clients spent on their noised item rows, composed over their rounds
