@@ -110,6 +110,21 @@ def test_the_best_trial_is_the_best_validation_of_a_finished_trial():
     assert summarise(rating, frame)["command"].startswith("fedrun -m +experiment=leaderboard/tuned_rating method=x ")
 
 
+def test_a_setting_the_searchs_command_line_fixed_runs_on_the_board_too():
+    """A search run with ``backbone.neighbors=20`` beside its space (graphs on ml-1m) tested that model: the board's
+    command carries it. Result-neutral settings (``sim.threads``) and those the board sets itself (the seed) stay
+    out, and a value the preset already has (``5e-05`` logged as ``5.0e-05``) is no change."""
+    config = {"method.optimizer.lr": "0.3", "backbone.neighbors": "0", "backbone.l2": "5e-05", "sim.threads": "2",
+              "sim.seed": "1"}
+    search = Search(**{**SEARCH.__dict__, "config": config})
+    frame = trials([("FINISHED", 0.12, 0.01, 0.5)]).assign(**{
+        "param:backbone.neighbors": "20", "param:backbone.l2": "5.0e-05", "param:sim.threads": "1",
+        "param:sim.seed": "1"})
+    assert summarise(search, frame)["command"] == ("fedrun -m +experiment=leaderboard/tuned method=x backbone=mf "
+                                                   "backbone.neighbors=20 method.optimizer.lr=0.5")
+    assert "neighbors" not in summarise(SEARCH, frame)["command"]  # no config read: nothing to compare with
+
+
 def test_a_search_without_a_finished_trial_has_no_best():
     row = summarise(SEARCH, trials([("FAILED", math.nan, math.nan, 0.2)]))
     assert math.isnan(row["best_valid"]) and row["command"] == "" and row["failed"] == 1

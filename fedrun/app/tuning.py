@@ -1,7 +1,8 @@
 """The tuned leaderboard's searches, summarised: for each ``+experiment=tune/<method>`` preset, the trials its MLflow
 experiment holds, the best one by validation (the sweep's objective: ``best_valid_<monitor>``, the monitor at the
 epoch whose model is tested), its setting beside the method's defaults, and the command that runs that setting for
-the board's three seeds (``+experiment=leaderboard/tuned``, or ``leaderboard/tuned_rating`` for ``tune/rating/…``).
+the board's three seeds (``+experiment=leaderboard/tuned``, or ``leaderboard/tuned_rating`` for ``tune/rating/…``),
+with what the search's command line fixed beside its space (``fixed_settings``: ``backbone.neighbors=20``, say).
 
     python -m fedrun.app.tuning tune/fedavg tune/rating/fedrec … [--uri URI] [--out docs/leaderboard/tuned]
         [--dataset ml-1m]
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -55,6 +56,7 @@ class Search:
     space: dict[str, str]
     defaults: dict[str, str]
     dataset: str | None = None  # another dataset than the board's (``--dataset``): named in every experiment
+    config: dict[str, str] = field(default_factory=dict)  # the preset's composed config as MLflow params
 
 
 def declared_space(preset: str) -> dict[str, str]:
@@ -83,9 +85,13 @@ def read_search(preset: str, dataset: str | None = None) -> Search:
     direction = str(cfg.hydra.sweeper.direction).rsplit(".", 1)[-1]  # "minimize", or the enum Direction.minimize
     board = "rating" if cfg.eval.kind == "rating" else "ranking"
     experiment = f"{cfg.experiment_name}-{dataset}" if dataset else str(cfg.experiment_name)
+    from fedrun.app.experiment import config_params
+
+    run_config = OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k != "hydra"])  # what a run logs: no hydra
+    config = {k: str(v) for k, v in config_params(run_config, resolve=True).items()}
     return Search(preset, experiment, str(cfg.choices.method), str(cfg.choices.backbone), board,
                   str(cfg.eval.monitor), direction != "minimize", space,
-                  {k: str(OmegaConf.select(cfg, k)) for k in space}, dataset)
+                  {k: str(OmegaConf.select(cfg, k)) for k in space}, dataset, config)
 
 
 def best_trial(search: Search, trials: pd.DataFrame) -> pd.Series | None:
@@ -125,6 +131,32 @@ def at_edge(space: str, value: str) -> bool:
     return number <= low + margin or number >= high - margin
 
 
+# Settings a search's command line may change that change no result (``sim.threads``: bit for bit at any count) or
+# that the board sets itself: never carried from a trial to the board's command.
+NEUTRAL = ("experiment_name", "sim.threads", "sim.progress", "sim.seed", "choices.", "track.", "dataset.")
+
+
+def fixed_settings(search: Search, trial: pd.Series) -> dict[str, str]:
+    """What the search's command line fixed beside its space, read from ``trial``'s params where they differ from
+    the preset's config (say ``backbone.neighbors=20``, a declared setting for graphs on ml-1m): the board's command
+    runs the best setting with them, or it would test another model than the one searched."""
+    fixed = {}
+    for key, value in search.config.items():
+        logged = trial.get(f"param:{key}")
+        if key in search.space or key.startswith(NEUTRAL) or not isinstance(logged, str) or logged == "":
+            continue
+        if logged != value and not _same_number(logged, value):
+            fixed[key] = logged
+    return fixed
+
+
+def _same_number(a: str, b: str) -> bool:
+    try:
+        return float(a) == float(b)
+    except ValueError:
+        return False
+
+
 def command(search: Search, values: dict[str, str]) -> str:
     board = BOARD_PRESETS[search.board]
     overrides = " ".join(f"{k}={v}" for k, v in values.items())
@@ -154,7 +186,7 @@ def summarise(search: Search, trials: pd.DataFrame) -> dict[str, object]:
     edges = [k for k, v in values.items() if at_edge(search.space[k], v)]
     return {**row, "best_valid": float(best[f"metric:best_valid_{search.monitor}"]), "valid_floor": float(floor),
             "best_run": str(best["run_id"]), "setting": " ".join(f"{k}={v}" for k, v in values.items()),
-            "at_edge": " ".join(edges), "command": command(search, values)}
+            "at_edge": " ".join(edges), "command": command(search, {**fixed_settings(search, best), **values})}
 
 
 def render(rows: pd.DataFrame) -> str:
