@@ -496,7 +496,7 @@ def test_infonce_terms_equal_their_direct_forms():
     neighbors2 = torch.randn(V, d)
     owner = torch.tensor([0, 0, 1, 1, 1])
     ego = EgoGraphs(B, Lu, torch.zeros(V, d), owner, torch.tensor([0, 1, 0, 1, 2]), torch.zeros(0, dtype=torch.long),
-                    torch.zeros(0, dtype=torch.long), torch.zeros(0))
+                    torch.zeros(0, dtype=torch.long), torch.zeros(0), torch.zeros(B, dtype=torch.long))
     got = user_infonce((center1, None, None), (center2, None, neighbors2), ego, tau)
     cos = torch.nn.functional.cosine_similarity
     for b in range(B):

@@ -115,13 +115,14 @@ def test_a_setting_the_searchs_command_line_fixed_runs_on_the_board_too():
     command carries it. Result-neutral settings (``sim.threads``) and those the board sets itself (the seed) stay
     out, and a value the preset already has (``5e-05`` logged as ``5.0e-05``) is no change."""
     config = {"method.optimizer.lr": "0.3", "backbone.neighbors": "0", "backbone.l2": "5e-05", "sim.threads": "2",
-              "sim.seed": "1"}
+              "sim.seed": "1", "dataset.split.seed": "0"}
     search = Search(**{**SEARCH.__dict__, "config": config})
     frame = trials([("FINISHED", 0.12, 0.01, 0.5)]).assign(**{
         "param:backbone.neighbors": "20", "param:backbone.l2": "5.0e-05", "param:sim.threads": "1",
-        "param:sim.seed": "1"})
+        "param:sim.seed": "1", "param:dataset.split.seed": "3"})
     assert summarise(search, frame)["command"] == ("fedrun -m +experiment=leaderboard/tuned method=x backbone=mf "
-                                                   "backbone.neighbors=20 method.optimizer.lr=0.5")
+                                                   "backbone.neighbors=20 dataset.split.seed=3 "
+                                                   "method.optimizer.lr=0.5")
     assert "neighbors" not in summarise(SEARCH, frame)["command"]  # no config read: nothing to compare with
 
 

@@ -76,6 +76,8 @@ BOARD_PRESETS = {"ranking": "leaderboard/tuned", "rating": "leaderboard/tuned_ra
 def read_search(preset: str, dataset: str | None = None) -> Search:
     """The search ``+experiment=<preset>`` runs, from its file (the space) and its composed config (the rest); with
     ``dataset``, the same search on that dataset, its experiment named ``<the preset's>-<dataset>``."""
+    from fedrun.app.experiment import config_params
+
     space = declared_space(preset) if preset.startswith("tune/") and preset in options("experiment") else {}
     if not space:
         raise ConfigError("search", preset, f"a search preset: one of {', '.join(search_presets())}")
@@ -85,8 +87,6 @@ def read_search(preset: str, dataset: str | None = None) -> Search:
     direction = str(cfg.hydra.sweeper.direction).rsplit(".", 1)[-1]  # "minimize", or the enum Direction.minimize
     board = "rating" if cfg.eval.kind == "rating" else "ranking"
     experiment = f"{cfg.experiment_name}-{dataset}" if dataset else str(cfg.experiment_name)
-    from fedrun.app.experiment import config_params
-
     run_config = OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k != "hydra"])  # what a run logs: no hydra
     config = {k: str(v) for k, v in config_params(run_config, resolve=True).items()}
     return Search(preset, experiment, str(cfg.choices.method), str(cfg.choices.backbone), board,
@@ -133,7 +133,7 @@ def at_edge(space: str, value: str) -> bool:
 
 # Settings a search's command line may change that change no result (``sim.threads``: bit for bit at any count) or
 # that the board sets itself: never carried from a trial to the board's command.
-NEUTRAL = ("experiment_name", "sim.threads", "sim.progress", "sim.seed", "choices.", "track.", "dataset.")
+NEUTRAL = ("experiment_name", "sim.threads", "sim.progress", "sim.seed", "choices.", "track.")
 
 
 def fixed_settings(search: Search, trial: pd.Series) -> dict[str, str]:

@@ -114,17 +114,15 @@ class EgoGraphs:
     src: torch.Tensor  # [E] edges in both directions, node indices
     dst: torch.Tensor  # [E]
     weight: torch.Tensor  # [E]
-    answer_edges: torch.Tensor | None = None  # [B] neighbour–item edges the directory answered each client
+    answer_edges: torch.Tensor  # [B] neighbour–item edges the directory answered each client
 
     def download_bytes(self) -> torch.Tensor:
         """[B] the bytes each client received from the directory beside the model: each distinct neighbour's shared
         row once (float32), and per neighbour–item edge the neighbour's anonymous index and its degree (4 bytes each).
         The sampling factor d_i / n follows from the item's degree, which the client's table already holds."""
-        B = self.n_clients
-        rows = torch.bincount(self.neighbor_owner, minlength=B).to(torch.float64)  # [B]
-        edges = (torch.zeros(B, dtype=torch.float64, device=rows.device) if self.answer_edges is None
-                 else self.answer_edges.to(torch.float64))
-        return rows * self.neighbor_rows.shape[1] * self.neighbor_rows.element_size() + edges * 8
+        rows = torch.bincount(self.neighbor_owner, minlength=self.n_clients).to(torch.float64)  # [B]
+        row_bytes = self.neighbor_rows.shape[1] * self.neighbor_rows.element_size()
+        return rows * row_bytes + self.answer_edges.to(torch.float64) * 8
 
     @classmethod
     def build(cls, directory: NeighborDirectory, users: torch.Tensor, items: torch.Tensor, item_mask: torch.Tensor,
